@@ -1,0 +1,41 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# ONNX Runtime flavour: gpu where a CUDA GPU answers, else cpu (never both: same module name).
+EXTRA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+# The CPU build of torch; installing it first keeps the resolver from pulling CUDA wheels.
+TORCH  ?= torch==2.13.0
+SAMPLES := sample_models/out
+PIP    := $(PY) -m pip install --disable-pip-version-check -q
+
+.PHONY: venv dev demo test samples clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[$(EXTRA)]"
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(PIP) -e ".[$(EXTRA),test]" "$(TORCH)"
+	touch $@
+
+venv: $(VENV)/.installed
+dev: $(VENV)/.dev-installed
+
+$(SAMPLES)/.built: $(VENV)/.installed $(wildcard sample_models/*.py)
+	$(PY) -m sample_models.build_all --out $(SAMPLES)
+	touch $@
+
+samples: $(SAMPLES)/.built
+
+demo: samples
+	$(VENV)/bin/optcli compile $(SAMPLES)/digits_cnn.pt2 --out optcli-out/digits_cnn
+
+test: $(VENV)/.dev-installed
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf optcli-out $(SAMPLES) .pytest_cache

@@ -1,0 +1,83 @@
+"""Accuracy of an artifact's outputs against the FP32 reference: error, cosine, top-1 agreement."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _cosines(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Cosine similarity per sample (rows of dim 0); a scalar output counts as one sample."""
+    r = ref.reshape(ref.shape[0], -1) if ref.ndim > 1 else ref.reshape(1, -1)
+    g = got.reshape(got.shape[0], -1) if got.ndim > 1 else got.reshape(1, -1)
+    num = (r * g).sum(axis=1)
+    den = np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1)
+    # Two all-zero rows are identical; one zero row against a non-zero one is cosine 0.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = np.where(den > 0, num / np.where(den > 0, den, 1), np.where(
+            (np.linalg.norm(r, axis=1) == 0) & (np.linalg.norm(g, axis=1) == 0), 1.0, 0.0))
+    return cos
+
+
+def looks_like_class_scores(arr: np.ndarray) -> bool:
+    """2-D (batch, classes) float output with a few classes or more."""
+    return arr.ndim == 2 and arr.shape[1] >= 2 and np.issubdtype(arr.dtype, np.floating)
+
+
+def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], names: list[str],
+                    labels: np.ndarray | None = None) -> dict[str, Any]:
+    """Per-output and worst-case accuracy figures; outputs are paired with the reference by position."""
+    if len(reference) != len(outputs):
+        raise ValueError(f"{len(outputs)} outputs but the reference has {len(reference)}")
+    per_output: dict[str, Any] = {}
+    for name, ref, got in zip(names, reference, outputs):
+        ref64 = np.asarray(ref, dtype=np.float64)
+        got64 = np.asarray(got, dtype=np.float64)
+        if ref64.shape != got64.shape:
+            raise ValueError(f"output {name!r}: shape {got64.shape} but the reference has {ref64.shape}")
+        finite = bool(np.isfinite(got64).all())
+        err = np.abs(ref64 - got64)
+        cos = _cosines(ref64, got64)
+        entry: dict[str, Any] = {
+            "max_abs_err": float(err.max()) if err.size else 0.0,
+            "mean_abs_err": float(err.mean()) if err.size else 0.0,
+            "cosine_min": float(cos.min()) if finite else 0.0,
+            "cosine_mean": float(cos.mean()) if finite else 0.0,
+            "finite": finite,
+        }
+        if looks_like_class_scores(ref64):
+            entry["top1_agreement"] = float((ref64.argmax(1) == got64.argmax(1)).mean())
+            if labels is not None and len(labels) == ref64.shape[0]:
+                entry["top1_accuracy"] = float((got64.argmax(1) == labels).mean())
+                entry["top1_accuracy_reference"] = float((ref64.argmax(1) == labels).mean())
+        per_output[name] = entry
+    summary: dict[str, Any] = {
+        "max_abs_err": max((e["max_abs_err"] for e in per_output.values()), default=0.0),
+        "cosine_min": min((e["cosine_min"] for e in per_output.values()), default=1.0),
+        "cosine_mean": min((e["cosine_mean"] for e in per_output.values()), default=1.0),
+        "outputs": per_output,
+    }
+    tops = [e["top1_agreement"] for e in per_output.values() if "top1_agreement" in e]
+    if tops:
+        summary["top1_agreement"] = min(tops)
+    accs = [e["top1_accuracy"] for e in per_output.values() if "top1_accuracy" in e]
+    if accs:
+        summary["top1_accuracy"] = min(accs)
+        summary["top1_accuracy_reference"] = min(e["top1_accuracy_reference"] for e in per_output.values()
+                                                 if "top1_accuracy_reference" in e)
+    return summary
+
+
+def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: float | None,
+                    top1: float | None) -> str | None:
+    """The first figure that misses its tolerance, as a message naming the output; else None."""
+    for name, e in summary.get("outputs", {}).items():
+        if not e.get("finite", True):
+            return f"output {name!r} has NaN or Inf values"
+        if cosine is not None and e["cosine_min"] < cosine:
+            return f"output {name!r}: cosine {e['cosine_min']:.4f} < tolerance {cosine}"
+        if max_abs is not None and e["max_abs_err"] > max_abs:
+            return f"output {name!r}: max abs error {e['max_abs_err']:.4g} > tolerance {max_abs}"
+        if top1 is not None and "top1_agreement" in e and e["top1_agreement"] < top1:
+            return f"output {name!r}: top-1 agreement {e['top1_agreement']:.4f} < tolerance {top1}"
+    return None

@@ -1,0 +1,67 @@
+"""Artifact: a file a stage produced (or the user's model), with its lineage."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Artifact formats optcli knows; the runner for each is chosen in optcli.runtime.
+FORMATS = ("onnx", "pt2", "torchscript", "python", "pickle", "engine", "openvino")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode())
+        with open(f, "rb") as fh:
+            while block := fh.read(chunk):
+                h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Artifact:
+    """One model file in the pipeline: where it is, what it is, and where it came from.
+
+    `meta` holds stage-specific facts (fusions made, quantization flavour, excluded nodes) that the
+    report and later stages read.
+    """
+
+    path: Path
+    format: str
+    precision: str = "fp32"
+    stage: str | None = None          # the stage that made it; None for the user's model
+    parent: str | None = None         # sha256 of the artifact it was made from
+    backend: str = "onnxruntime"      # the runtime it is meant for
+    meta: dict[str, Any] = field(default_factory=dict)
+    _sha256: str | None = field(default=None, repr=False)
+
+    @property
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = sha256_file(self.path)
+        return self._sha256
+
+    @property
+    def size_bytes(self) -> int:
+        if self.path.is_dir():
+            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+        total = self.path.stat().st_size
+        # ONNX external data sits beside the model.
+        for extra in self.meta.get("external_data", []):
+            total += (self.path.parent / extra).stat().st_size
+        return total
+
+    def to_json(self, relative_to: Path | None = None) -> dict[str, Any]:
+        path = self.path
+        if relative_to is not None:
+            try:
+                path = self.path.resolve().relative_to(relative_to.resolve())
+            except ValueError:
+                pass
+        return {"path": str(path), "format": self.format, "precision": self.precision, "stage": self.stage,
+                "parent": self.parent, "backend": self.backend, "sha256": self.sha256, "size_bytes": self.size_bytes}

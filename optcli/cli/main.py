@@ -1,0 +1,85 @@
+"""`optcli` entry point: a lazy command group (subcommand modules load only when run) and the one
+place where errors become one-line messages and exit codes."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from optcli import __version__
+from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_USAGE, OptcliError
+
+# command name -> "module:attribute"; modules import their heavy dependencies inside functions.
+COMMANDS = {
+    "compile": "optcli.cli.compile_cmd:compile_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="optcli")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """Compile and optimize PyTorch and ONNX models: export, simplify, fuse, quantize, build,
+    benchmark, profile, compare and deploy.
+
+    Exit codes: 0 ok, 1 a stage failed, 2 bad input or usage, 3 accuracy below tolerance,
+    4 missing optional dependency, 5 benchmark regression, 130 interrupted.
+    """
+
+
+def _print_error(message: str, hint: str | None) -> None:
+    click.secho(f"error: {message}", fg="red", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script: run the CLI, turn OptcliError into one line + hint + exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    # --debug anywhere on the line (also after the subcommand) shows tracebacks.
+    debug = "--debug" in args or os.environ.get("OPTCLI_DEBUG") == "1"
+    args = [a for a in args if a != "--debug"]
+    try:
+        code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
+    except OptcliError as exc:
+        if debug:
+            raise
+        _print_error(exc.message, exc.hint)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except Exception as exc:  # a bug: keep it to one line unless --debug
+        if debug:
+            raise
+        _print_error(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                     "rerun with --debug for the traceback, and report it")
+        sys.exit(EXIT_STAGE_FAILED)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def exit_with(code: int) -> Any:
+    """Commands end through here so the code reaches main() (standalone_mode=False returns it)."""
+    ctx = click.get_current_context()
+    ctx.exit(code)

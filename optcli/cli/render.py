@@ -1,0 +1,70 @@
+"""Rich rendering for the terminal: progress lines while stages run, then the report table."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from optcli.report import STAGE_COLUMNS, RunReport, stage_rows
+
+_STATUS_STYLE = {"ok": "green", "cached": "cyan", "skipped": "yellow", "failed": "red bold",
+                 "interrupted": "red", "not-run": "dim"}
+
+
+class Progress:
+    """A pipeline event sink that prints one line per finished stage to stderr."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status: Any = None
+        self.total = 0
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        if event == "run_start":
+            self.total = len(data["stages"])
+            self.console.print(f"[bold]optcli compile[/] -> {data['out']}  (target: {data['target']})")
+            self.status = self.console.status("starting")
+            self.status.start()
+        elif event == "phase" and self.status is not None:
+            self.status.update(data["text"])
+        elif event == "stage_start" and self.status is not None:
+            self.status.update(f"[{data['index']}/{data['total']}] {data['name']}")
+        elif event == "stage_end":
+            style = _STATUS_STYLE.get(data["status"], "")
+            secs = f"{data['seconds']:.2f}s" if data.get("seconds") is not None else ""
+            reason = f" ({data['reason']})" if data.get("reason") else ""
+            self.console.print(f"  [{style}]{data['status']:>8}[/] {data['name']:<16} {secs}{reason}")
+        elif event == "run_end":
+            self.stop()
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def report_table(report: RunReport) -> Table:
+    table = Table(title=f"optcli: {report.model['path']} ({report.status})", title_justify="left")
+    for col in STAGE_COLUMNS:
+        table.add_column(col, justify="right" if col not in ("stage", "status") else "left",
+                         overflow="fold")
+    for row in stage_rows(report):
+        status = row[1].split(":")[0]
+        row[1] = f"[{_STATUS_STYLE.get(status, '')}]{row[1]}[/]"
+        table.add_row(*row)
+    return table
+
+
+def final_lines(report: RunReport) -> list[str]:
+    f = report.final
+    if not f:
+        return []
+    lines = [f"final: {f['artifact']} ({f['precision']}, {f['backend']}, {f['size_bytes'] / 1e6:.2f} MB)"]
+    dep, ref = f.get("latency_ms"), f.get("reference_latency_ms")
+    if dep:
+        lines.append(f"  p50 {dep['p50']:.3f} ms  p90 {dep['p90']:.3f} ms  p99 {dep['p99']:.3f} ms  "
+                     f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")
+    if dep and ref:
+        lines.append(f"  {ref['p50'] / dep['p50']:.2f}x faster than {ref['runtime']} (p50 {ref['p50']:.3f} ms)")
+    return lines

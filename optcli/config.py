@@ -1,0 +1,151 @@
+"""Typed configuration: one dataclass per stage, a CompileConfig that holds them, and TOML loading.
+
+A TOML file (`optcli.toml`, or `[tool.optcli]` in pyproject.toml) may hold the same keys as the
+CLI flags, grouped by table:
+
+    [compile]            target = "cpu", out = "build/resnet", inputs = ["x:1x3x224x224"]
+    [export]             opset = 18
+    [fuse]               level = "extended"
+    [bench]              runs = 200
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.tensor_spec import TensorSpec, parse_input_spec
+
+TARGETS = ("auto", "cpu", "tensorrt")
+
+
+@dataclass
+class ExportConfig:
+    opset: int = 18
+    static_batch: bool = False
+    allow_pickle: bool = False
+    exporter: str = "auto"            # auto | dynamo | torchscript
+
+
+@dataclass
+class SimplifyConfig:
+    enabled: bool = True
+
+
+@dataclass
+class FuseConfig:
+    enabled: bool = True
+    level: str = "extended"           # basic (plain ONNX ops) | extended (adds com.microsoft fused ops)
+    transformer: str = "auto"         # auto | on | off: onnxruntime's transformer fusions for encoders
+
+
+@dataclass
+class BenchConfig:
+    """How latency is measured around each stage."""
+
+    enabled: bool = True
+    warmup_runs: int = 5
+    warmup_seconds: float = 0.2
+    runs: int = 50
+    min_seconds: float = 0.5
+    max_seconds: float = 5.0
+    batch: int = 1
+    threads: int | None = None        # intra-op threads; None = the machine's cores
+
+
+@dataclass
+class AccuracyConfig:
+    """The accuracy check against the FP32 reference, and its gate (quantize stages gate on it)."""
+
+    batch: int = 2
+    cosine: float | None = None       # minimum cosine similarity per output
+    max_abs: float | None = None      # maximum absolute error per output
+    top1: float | None = None         # minimum top-1 agreement with the reference
+
+
+@dataclass
+class CompileConfig:
+    """Everything `optcli compile` needs; the CLI and the API both build one of these."""
+
+    model: str
+    out: Path | None = None
+    inputs: list[TensorSpec] = field(default_factory=list)
+    target: str = "auto"
+    force: bool = False
+    export: ExportConfig = field(default_factory=ExportConfig)
+    simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
+    fuse: FuseConfig = field(default_factory=FuseConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+    # Sections for stages added later (quantize, build, deploy) live here by stage name, typed by
+    # the stage module itself, so adding a stage does not change this file.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def out_dir(self) -> Path:
+        if self.out is not None:
+            return Path(self.out)
+        return Path("optcli-out") / model_stem(self.model)
+
+    def validate(self) -> None:
+        if self.target not in TARGETS:
+            raise UsageError(f"unknown target {self.target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+        if self.fuse.level not in ("basic", "extended"):
+            raise UsageError(f"unknown fuse level {self.fuse.level!r}",
+                             hint="use basic or extended (the all level writes CPU-specific layouts)")
+        if self.export.exporter not in ("auto", "dynamo", "torchscript"):
+            raise UsageError(f"unknown exporter {self.export.exporter!r}", hint="use auto, dynamo or torchscript")
+        if self.bench.batch < 1 or self.accuracy.batch < 1:
+            raise UsageError("batch sizes must be >= 1")
+
+
+def model_stem(model: str) -> str:
+    """A folder-friendly model name: `path/resnet.pt2` -> `resnet`, `f.py:make_net` -> `f-make_net`."""
+    if ".py:" in model:
+        path, func = model.rsplit(":", 1)
+        return f"{Path(path).stem}-{func}"
+    return Path(model).stem or "model"
+
+
+def _fill(cls: type, values: dict[str, Any], where: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in [{where}]", hint=f"known keys: {', '.join(sorted(names))}")
+    return cls(**{k.replace("-", "_"): v for k, v in values.items()})
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read an optcli TOML file (or the [tool.optcli] table of a pyproject.toml)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"config file not found: {path}", hint="pass an existing optcli.toml") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}", hint="check the line it names") from None
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("optcli", {})
+    return data
+
+
+def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
+    """Build a CompileConfig from a TOML-shaped dict (tables: compile, export, simplify, fuse, bench, accuracy)."""
+    data = {k.replace("-", "_"): v for k, v in data.items()}
+    top = dict(data.pop("compile", {}))
+    top = {k.replace("-", "_"): v for k, v in top.items()}
+    cfg = CompileConfig(model=model)
+    for key in ("out", "target", "force"):
+        if key in top:
+            setattr(cfg, key, Path(top.pop(key)) if key == "out" else top.pop(key))
+    if "inputs" in top:
+        cfg.inputs = [parse_input_spec(s) for s in top.pop("inputs")]
+    if top:
+        cfg.extra.setdefault("compile", {}).update(top)
+    for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
+                         ("bench", BenchConfig), ("accuracy", AccuracyConfig)):
+        if section in data:
+            setattr(cfg, section, _fill(cls, data.pop(section), section))
+    cfg.extra.update(data)  # sections owned by later stages, checked by them
+    return cfg

@@ -1,0 +1,58 @@
+"""Facts about the machine and library versions, read without importing the heavy libraries."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str | None:
+    """The first NVIDIA GPU's name via nvidia-smi, or None (no driver, no GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    name = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    return name
+
+
+def environment() -> dict[str, Any]:
+    ort = package_version("onnxruntime") or package_version("onnxruntime-gpu")
+    return {
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "torch": package_version("torch"),
+        "onnx": package_version("onnx"),
+        "onnxruntime": ort,
+        "onnxruntime_package": "onnxruntime-gpu" if package_version("onnxruntime-gpu") else "onnxruntime",
+        "tensorrt": package_version("tensorrt") or package_version("tensorrt-cu12") or package_version("tensorrt-cu13"),
+        "openvino": package_version("openvino"),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "gpu": gpu_name(),
+    }

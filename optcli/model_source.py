@@ -1,0 +1,239 @@
+"""What the user passed as MODEL: detect its format and load it, refusing what cannot be loaded safely.
+
+| MODEL                 | format       | loaded with                                   |
+| `.onnx`               | onnx         | onnx (export is skipped)                      |
+| `.pt2`                | pt2          | torch.export.load (no source needed)          |
+| `.pt/.pth/.ts/.jit`   | torchscript  | torch.jit.load (no source needed)             |
+| `file.py:factory`     | python       | imports the file, calls factory()             |
+| pickled module        | pickle       | torch.load(weights_only=False), only with --allow-pickle |
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.optional_imports import require
+from optcli.tensor_spec import TensorSpec, canonical_dtype, merge_pinned, with_default_dtype
+
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
+_PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_INPUTS_HINT = "give the input shapes with --input NAME:SHAPE[:DTYPE], e.g. --input x:1x3x224x224"
+
+
+@dataclass
+class ModelSource:
+    """The user's model file as given: where it is and what format it is."""
+
+    spec: str                 # as typed: a path, or path.py:factory
+    path: Path
+    format: str               # onnx | pt2 | torchscript | python | pickle
+    factory: str | None = None
+
+    @property
+    def is_torch(self) -> bool:
+        return self.format != "onnx"
+
+
+@dataclass
+class TorchModel:
+    """A loaded PyTorch model with everything export and the reference runner need."""
+
+    module: Any                          # callable nn.Module / ScriptModule
+    inputs: list[TensorSpec]
+    example: dict[str, Any] = field(default_factory=dict)   # name -> example tensor, if known
+    exported_program: Any = None         # for .pt2
+    int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
+
+
+def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
+    """Work out what MODEL is, with a one-line error for everything optcli cannot take."""
+    factory = None
+    path_text = spec
+    if ".py:" in spec:
+        path_text, factory = spec.rsplit(":", 1)
+        if not factory.isidentifier():
+            raise UsageError(f"{spec!r}: {factory!r} is not a function name", hint="write path/to/file.py:make_model")
+    path = Path(path_text)
+    if not path.exists():
+        raise UsageError(f"model not found: {path}", hint="check the path; optcli takes .onnx, .pt2, TorchScript or file.py:factory")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a model file",
+                         hint="pass the model file itself (.onnx, .pt2, TorchScript .pt) or file.py:factory")
+    if path.stat().st_size == 0:
+        raise UsageError(f"{path} is empty", hint="re-save the model; the file has no bytes")
+    suffix = path.suffix.lower()
+    if factory is not None or suffix == ".py":
+        if factory is None:
+            raise UsageError(f"{path}: a Python file needs a factory function",
+                             hint=f"write {path}:make_model (a function returning an nn.Module)")
+        return ModelSource(spec, path, "python", factory)
+    if suffix == ".onnx":
+        return ModelSource(spec, path, "onnx")
+    if suffix == ".pt2":
+        if not zipfile.is_zipfile(path):
+            raise UsageError(f"{path} is not a torch.export archive (not a zip file): truncated or renamed?",
+                             hint="re-save it with torch.export.save(torch.export.export(model, args), path)")
+        return ModelSource(spec, path, "pt2")
+    if suffix in TORCHSCRIPT_SUFFIXES:
+        return ModelSource(spec, path, _torch_file_kind(path, allow_pickle))
+    raise UsageError(f"{path}: unknown model format {suffix or '(no suffix)'!r}",
+                     hint="optcli takes .onnx, .pt2, TorchScript (.pt/.pth/.ts) or file.py:factory")
+
+
+def _torch_file_kind(path: Path, allow_pickle: bool) -> str:
+    """TorchScript, or a torch.save pickle (state_dict or whole module), told apart without running code."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except zipfile.BadZipFile:
+            names = []
+        if any("/code/" in n or n.endswith("constants.pkl") for n in names):
+            return "torchscript"
+        if any(n.endswith("data.pkl") for n in names):
+            return _classify_pickle(path, allow_pickle)
+        raise UsageError(f"{path} is a zip archive but not a TorchScript or torch.save file",
+                         hint="save TorchScript with torch.jit.save, or an exported program (.pt2) with torch.export.save")
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    if head in _PICKLE_MAGIC:
+        return _classify_pickle(path, allow_pickle)
+    raise UsageError(f"{path} is not a PyTorch model file (neither TorchScript nor a torch.save archive)",
+                     hint="is it a renamed text/other file? pass .onnx, .pt2, TorchScript or file.py:factory")
+
+
+def _classify_pickle(path: Path, allow_pickle: bool) -> str:
+    torch = require("torch", "loading PyTorch models")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        obj = None  # weights_only refuses anything that is not plain tensors/containers: a pickled module
+    if isinstance(obj, dict):
+        raise UsageError(f"{path} holds a state_dict (weights only, no architecture)",
+                         hint="pass a .pt2 (torch.export.save), a TorchScript file (torch.jit.save), "
+                              "or file.py:factory that builds the model and loads these weights")
+    if obj is not None:
+        raise UsageError(f"{path} holds a {type(obj).__name__}, not a model",
+                         hint="pass a .pt2, a TorchScript file, or file.py:factory")
+    if not allow_pickle:
+        raise UsageError(f"{path} is a pickled module; loading it runs arbitrary code",
+                         hint="pass --allow-pickle if you trust it (its class must be importable), "
+                              "or better, save it with torch.export.save as .pt2")
+    return "pickle"
+
+
+def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
+    """Load a PyTorch model and work out its input specs (dim 0 is the batch)."""
+    torch = require("torch", "loading PyTorch models")
+    if source.format == "pt2":
+        return _load_pt2(torch, source, pinned)
+    if source.format == "torchscript":
+        try:
+            module = torch.jit.load(str(source.path), map_location="cpu")
+        except Exception as exc:
+            raise UsageError(f"{source.path} could not be loaded as TorchScript: {str(exc).splitlines()[0][:200]}",
+                             hint="is the file truncated? re-save it with torch.jit.save") from None
+        if not pinned:
+            raise UsageError(f"{source.path} is TorchScript, which does not record input shapes", hint=_INPUTS_HINT)
+        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+    if source.format == "pickle":
+        try:
+            module = torch.load(source.path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise UsageError(f"{source.path} could not be unpickled: {str(exc).splitlines()[0][:200]}",
+                             hint="the module's class must be importable (run from its project, or set PYTHONPATH)") from None
+        if not pinned:
+            raise UsageError(f"{source.path} is a pickled module with no recorded input shapes", hint=_INPUTS_HINT)
+        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+    if source.format == "python":
+        return _load_python(torch, source, pinned)
+    raise UsageError(f"{source.path} is not a PyTorch model")
+
+
+def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
+    try:
+        ep = torch.export.load(str(source.path))
+    except Exception as exc:
+        raise UsageError(f"{source.path} could not be loaded with torch.export.load: {str(exc).splitlines()[0][:200]}",
+                         hint="is it truncated, or saved by a much newer torch?") from None
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    args, kwargs = ep.example_inputs or ((), {})
+    example_values = list(args) + list((kwargs or {}).values())
+    if not example_values:
+        if not pinned:
+            raise UsageError(f"{source.path} carries no example inputs", hint=_INPUTS_HINT)
+        return TorchModel(ep.module(), [with_default_dtype(p) for p in pinned], exported_program=ep)
+    specs, example, int_high = [], {}, {}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for name, value in zip(names, example_values):
+        node = placeholders.get(name)
+        fake = node.meta.get("val") if node is not None else None
+        shape = []
+        for i, d in enumerate(value.shape):
+            sym = fake is not None and not isinstance(fake.shape[i], int)
+            shape.append("batch" if sym and i == 0 else (f"{name}_dim{i}" if sym else int(d)))
+        specs.append(TensorSpec(name, tuple(shape), str(value.dtype).replace("torch.", "")))
+        example[name] = value
+        if not value.dtype.is_floating_point and value.numel():
+            int_high[name] = int(value.max()) + 1
+    specs = merge_pinned(specs, pinned) if pinned else specs
+    return TorchModel(ep.module(), specs, example=example, exported_program=ep, int_high=int_high)
+
+
+def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
+    mod_name = f"optcli_user_{source.path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, source.path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {source.path}", hint="pass a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(source.path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UsageError(f"importing {source.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                         hint="run the file with python to see the error (or use --debug)") from None
+    finally:
+        sys.path.pop(0)
+    fn = getattr(module, source.factory or "", None)
+    if not callable(fn):
+        raise UsageError(f"{source.path} has no function {source.factory!r}",
+                         hint=f"define def {source.factory}() -> nn.Module in {source.path.name}")
+    result = fn()
+    example_inputs = None
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module):
+        result, example_inputs = result
+    if not isinstance(result, torch.nn.Module):
+        raise UsageError(f"{source.spec} returned a {type(result).__name__}, not an nn.Module",
+                         hint="return the model, or (model, example_inputs)")
+    result.eval()
+    params = [p for p in inspect.signature(result.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if example_inputs is None:
+        if not pinned:
+            raise UsageError(f"{source.spec} returns no example inputs", hint=_INPUTS_HINT)
+        names = [p.name for p in params]
+        for p in pinned:
+            if p.name not in names:
+                raise UsageError(f"--input {p.name}: forward() has no parameter of that name",
+                                 hint=f"forward takes: {', '.join(names)}")
+        return TorchModel(result, [with_default_dtype(p) for p in pinned])
+    if isinstance(example_inputs, dict):
+        items = list(example_inputs.items())
+    else:
+        values = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+        items = [(params[i].name if i < len(params) else f"input_{i}", v) for i, v in enumerate(values)]
+    specs, example, int_high = [], {}, {}
+    for name, value in items:
+        shape = ("batch",) + tuple(int(d) for d in value.shape[1:])
+        specs.append(TensorSpec(name, shape, canonical_dtype(str(value.dtype).replace("torch.", ""))))
+        example[name] = value
+        if not value.dtype.is_floating_point and value.numel():
+            int_high[name] = int(value.max()) + 1
+    specs = merge_pinned(specs, pinned) if pinned else specs
+    return TorchModel(result, specs, example=example, int_high=int_high)

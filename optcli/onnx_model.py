@@ -1,0 +1,89 @@
+"""Reading and writing ONNX files: clear errors for bad files, I/O specs, op histograms, safe saves."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.tensor_spec import Dim, TensorSpec
+
+# ONNX TensorProto element types -> numpy dtype names.
+_ELEM = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+         10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+# Above this, the protobuf 2 GiB limit is near: weights go to an external data file.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def load_onnx(path: Path, load_weights: bool = True) -> Any:
+    """onnx.load with a one-line UsageError for empty, truncated or non-ONNX files."""
+    import onnx
+
+    if path.stat().st_size == 0:
+        raise UsageError(f"{path} is empty", hint="re-export the model; the file has no bytes")
+    try:
+        model = onnx.load(str(path), load_external_data=load_weights)
+    except Exception as exc:  # protobuf raises DecodeError, RuntimeError or others for garbage
+        raise UsageError(f"{path} is not a valid ONNX model ({type(exc).__name__}): corrupt or truncated?",
+                         hint="re-export it, or check the download/copy finished") from None
+    if not model.graph.node and not model.graph.output:
+        raise UsageError(f"{path} is not a valid ONNX model: it has no graph",
+                         hint="re-export it, or check the download/copy finished")
+    return model
+
+
+def _dims(value_info: Any) -> tuple[Dim, ...]:
+    dims: list[Dim] = []
+    for i, d in enumerate(value_info.type.tensor_type.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"dim{i}")
+    return tuple(dims)
+
+
+def _spec(value_info: Any) -> TensorSpec:
+    elem = value_info.type.tensor_type.elem_type
+    return TensorSpec(value_info.name, _dims(value_info), _ELEM.get(elem, f"onnx-type-{elem}"))
+
+
+def io_specs(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Graph inputs (initializers excluded) and outputs as TensorSpecs."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [_spec(v) for v in model.graph.input if v.name not in inits]
+    outputs = [_spec(v) for v in model.graph.output]
+    return inputs, outputs
+
+
+def op_histogram(model: Any) -> dict[str, int]:
+    """Node count per op type (non-default domains prefixed, e.g. com.microsoft.FusedConv)."""
+    counts: Counter[str] = Counter()
+    for node in model.graph.node:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        counts[key] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def graph_summary(path: Path) -> dict[str, Any]:
+    model = load_onnx(path, load_weights=False)
+    hist = op_histogram(model)
+    return {"nodes": sum(hist.values()), "ops": hist}
+
+
+def save_onnx(model: Any, path: Path) -> list[str]:
+    """Save `model` to `path` (inside a folder being written atomically); returns external data files."""
+    import onnx
+
+    if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
+        location = path.name + ".data"
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=location, size_threshold=1024)
+        return [location]
+    onnx.save_model(model, str(path))
+    return []
+
+
+def has_symbolic_batch(model: Any) -> bool:
+    """True when dim 0 of every graph input is symbolic (a dim_param, not a fixed value)."""
+    inputs, _ = io_specs(model)
+    return bool(inputs) and all(s.shape and not isinstance(s.shape[0], int) for s in inputs)

@@ -1,0 +1,360 @@
+"""The pipeline: orders stages, caches them by hash, and times, measures and reports around each one.
+
+Stages only transform artifacts; everything around them happens here:
+- the order (each stage's `order`), skipping (a stage's `skip_reason`),
+- caching: a stage whose input sha256, config fingerprint and optcli version are unchanged is
+  reused (`cached`) unless `force`,
+- wall time, graph statistics, latency before/after with the matching runner, accuracy against the
+  FP32 reference, a stage's accuracy gate,
+- crash safety: each stage writes into a temporary folder renamed into place on success, and the
+  report is rewritten after every stage, so an interrupted run says what did not finish.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from optcli import __version__
+from optcli.accuracy import compare_outputs
+from optcli.artifact import Artifact, sha256_file
+from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
+from optcli.config import CompileConfig
+from optcli.environment import environment
+from optcli.errors import AccuracyError, OptcliError, StageError, UsageError
+from optcli.latency import LatencyStats, stats_from_samples, time_calls
+from optcli.model_source import ModelSource, detect, load_torch
+from optcli.onnx_model import graph_summary, io_specs, load_onnx
+from optcli.report import RunReport, StageReport
+from optcli.stages import Stage, StageContext, all_stages
+from optcli.targets import resolve_target
+from optcli.tensor_spec import merge_pinned, random_inputs
+
+Event = Callable[[str, dict[str, Any]], None]
+STAGE_RECORD = "stage.json"
+
+
+def _noop(_event: str, _data: dict[str, Any]) -> None:
+    return None
+
+
+def _check_out_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output folder {out} is a file", hint="pass --out a folder path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".optcli-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to output folder {out}: {exc.strerror or exc}",
+                         hint="pass --out a folder you can write to") from None
+
+
+class Pipeline:
+    """Runs `optcli compile` for one CompileConfig; `run()` returns the RunReport (never prints)."""
+
+    def __init__(self, config: CompileConfig, on_event: Event | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.emit = on_event or _noop
+        self.out = config.out_dir()
+        self._latency_cache: dict[tuple[str, str], LatencyStats] = {}
+
+    # -- setup -------------------------------------------------------------------------------
+    def _context(self, source: ModelSource, target: str) -> StageContext:
+        pinned = self.config.inputs
+        torch_model = None
+        if source.is_torch:
+            torch_model = load_torch(source, pinned)
+            inputs = torch_model.inputs
+        else:
+            model = load_onnx(source.path, load_weights=False)
+            inputs, _ = io_specs(model)
+            inputs = merge_pinned(inputs, pinned) if pinned else inputs
+        return StageContext(config=self.config, source=source, inputs=inputs, target=target,
+                            out_dir=self.out, torch_model=torch_model)
+
+    def _reference(self, ctx: StageContext) -> dict[str, Any]:
+        """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""
+        int_high = ctx.torch_model.int_high if ctx.torch_model else {}
+        feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=int_high)
+        runner = self._source_runner(ctx)
+        try:
+            outs = runner.run_normalized(runner.normalize(feeds))
+        finally:
+            runner.close()
+        kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
+        return {"feeds": feeds, "outputs": outs, "kind": kind}
+
+    def _source_runner(self, ctx: StageContext, batch_threads: int | None = None) -> Any:
+        if ctx.torch_model is not None:
+            from optcli.runtime.torch_runner import TorchRunner
+
+            return TorchRunner(ctx.torch_model.module, ctx.inputs, threads=batch_threads or self.config.bench.threads)
+        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(ctx.source.path, optimization="all", threads=self.config.bench.threads)
+
+    # -- measuring ---------------------------------------------------------------------------
+    def _measure(self, ctx: StageContext, artifact: Artifact, optimization: str = "disabled") -> LatencyStats | None:
+        """Latency of one artifact at the bench batch; memoized per (sha256, setting)."""
+        bench = self.config.bench
+        if not bench.enabled:
+            return None
+        key = self._latency_key(ctx, artifact, optimization)
+        if key in self._latency_cache:
+            return self._latency_cache[key]
+        if self._is_torch_source(ctx, artifact):
+            runner = self._source_runner(ctx)
+        else:
+            runner = self._artifact_runner(artifact, optimization)
+        try:
+            int_high = ctx.torch_model.int_high if ctx.torch_model else {}
+            feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=int_high))
+            samples = time_calls(lambda: runner.run_normalized(feeds), warmup_runs=bench.warmup_runs,
+                                 warmup_seconds=bench.warmup_seconds, runs=bench.runs,
+                                 min_seconds=bench.min_seconds, max_seconds=bench.max_seconds)
+            stats = stats_from_samples(samples, bench.batch, runner.backend, getattr(runner, "settings", {}))
+        finally:
+            runner.close()
+        self._latency_cache[key] = stats
+        return stats
+
+    @staticmethod
+    def _is_torch_source(ctx: StageContext, artifact: Artifact) -> bool:
+        return artifact.stage is None and ctx.torch_model is not None
+
+    def _latency_key(self, ctx: StageContext, artifact: Artifact, optimization: str) -> tuple[str, str]:
+        if self._is_torch_source(ctx, artifact):
+            return (str(artifact.path), "eager")  # PyTorch has no optimization levels
+        return (artifact.sha256, optimization)
+
+    def _artifact_runner(self, artifact: Artifact, optimization: str) -> Any:
+        from optcli.runtime import open_runner
+
+        options: dict[str, Any] = {"threads": self.config.bench.threads}
+        if artifact.format == "onnx":
+            options["optimization"] = optimization
+            options.update(artifact.meta.get("runner_options", {}))
+        return open_runner(artifact.path, artifact.format, **options)
+
+    def _accuracy(self, artifact: Artifact, reference: dict[str, Any]) -> dict[str, Any]:
+        runner = self._artifact_runner(artifact, "all")
+        try:
+            outs = runner.run_normalized(runner.normalize(reference["feeds"]))
+            names = [o.name for o in runner.outputs]
+        finally:
+            runner.close()
+        summary = compare_outputs(reference["outputs"], outs, names)
+        summary["reference"] = reference["kind"]
+        summary["batch"] = self.config.accuracy.batch
+        return summary
+
+    # -- caching -----------------------------------------------------------------------------
+    def _cache_key(self, stage: Stage, artifact: Artifact) -> str:
+        blob = json.dumps({"stage": stage.name, "optcli": __version__, "input": artifact.sha256,
+                           "config": stage.fingerprint(), "target": stage.ctx.target}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _bench_key(self) -> str:
+        return json.dumps({"bench": self.config.bench.__dict__, "accuracy_batch": self.config.accuracy.batch},
+                          sort_keys=True, default=str)
+
+    def _load_cached(self, stage_dir: Path, key: str) -> dict[str, Any] | None:
+        record_path = stage_dir / STAGE_RECORD
+        if self.config.force or not record_path.is_file():
+            return None
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        art = stage_dir / record.get("artifact", "")
+        if record.get("key") != key or not art.exists() or sha256_file(art) != record.get("sha256"):
+            return None
+        return record
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> RunReport:
+        t_start = time.perf_counter()
+        source = detect(self.config.model, allow_pickle=self.config.export.allow_pickle)
+        _check_out_dir(self.out)
+        remove_stale_partials(self.out)
+        target, target_reason = resolve_target(self.config.target)
+        ctx = self._context(source, target)
+        ctx.facts["target_reason"] = target_reason
+        stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
+        report = RunReport(
+            optcli_version=__version__,
+            model={"path": str(source.path), "spec": source.spec, "format": source.format,
+                   "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs]},
+            target=target, environment=environment(), config=_config_json(self.config),
+            stages=[StageReport(s.name) for s in stages])
+        report.write(self.out)
+        self.emit("run_start", {"stages": [s.name for s in stages], "target": target, "out": str(self.out)})
+        current: StageReport | None = None
+        try:
+            self.emit("phase", {"text": "computing the FP32 reference"})
+            reference = self._reference(ctx)
+            ctx.samples["reference"] = reference
+            artifact = Artifact(source.path, source.format, stage=None)
+            if ctx.torch_model is not None:
+                # Measure PyTorch eager before export runs: the exporter leaves global state behind.
+                self.emit("phase", {"text": "measuring PyTorch eager"})
+                self._measure(ctx, artifact)
+            for index, (stage, record) in enumerate(zip(stages, report.stages), 1):
+                current = record
+                self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
+                artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference)
+                report.write(self.out)
+                self.emit("stage_end", record.to_json())
+                if record.status == "failed":
+                    break
+            current = None
+            failed = next((s for s in report.stages if s.status == "failed"), None)
+            if failed is None:
+                report.final = self._final(ctx, artifact)
+                report.status = "ok"
+            else:
+                report.status = "failed"
+                report.error = failed.details.get("error")
+        except KeyboardInterrupt:
+            if current is not None:
+                current.status, current.reason = "interrupted", "interrupted by the user"
+            report.status = "interrupted"
+            report.error = {"type": "KeyboardInterrupt", "message": "interrupted", "hint": None, "exit_code": 130}
+            report.seconds = round(time.perf_counter() - t_start, 3)
+            report.write(self.out)
+            raise
+        except OptcliError as exc:
+            if current is not None:
+                current.status, current.reason = "failed", exc.message
+            report.status = "failed"
+            report.error = _error_json(exc, current.name if current else None)
+        for s in report.stages:
+            if s.status == "pending":
+                s.status, s.reason = "not-run", "an earlier stage failed"
+        report.seconds = round(time.perf_counter() - t_start, 3)
+        report.write(self.out)
+        self.emit("run_end", {"status": report.status})
+        return report
+
+    def _run_stage(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact,
+                   stage_dir: Path, reference: dict[str, Any]) -> Artifact:
+        reason = stage.skip_reason(artifact)
+        if reason:
+            record.status, record.reason = "skipped", reason
+            return artifact
+        key = self._cache_key(stage, artifact)
+        cached = self._load_cached(stage_dir, key)
+        if cached is not None:
+            out = Artifact(stage_dir / cached["artifact"], cached["format"], precision=cached["precision"],
+                           stage=stage.name, parent=artifact.sha256, backend=cached["backend"],
+                           meta=cached.get("meta", {}), _sha256=cached["sha256"])
+            record.status, record.seconds, record.details = "cached", cached["seconds"], cached["details"]
+            record.artifact = str((stage_dir / cached["artifact"]).relative_to(self.out))
+            record.graph = cached["graph"]
+            if cached.get("bench_key") == self._bench_key():
+                record.latency_ms, record.accuracy = cached["latency_ms"], cached["accuracy"]
+                self._remember(ctx, artifact, cached["latency_ms"].get("before"))
+                self._remember(ctx, out, cached["latency_ms"].get("after"))
+            else:
+                self._measure_stage(ctx, stage, record, artifact, out, reference)
+            self._apply_gate(stage, record)
+            return out
+        t0 = time.perf_counter()
+        try:
+            with atomic_dir(stage_dir) as tmp:
+                result = stage.run(artifact, tmp)
+                seconds = time.perf_counter() - t0
+                rel = result.artifact.path.relative_to(tmp)
+                out = result.artifact
+                record.details = result.details
+                record.seconds = round(seconds, 3)
+                self.emit("phase", {"text": f"{stage.name}: measuring"})
+                self._measure_stage(ctx, stage, record, artifact, out, reference)
+                # The folder is about to be renamed: point the artifact at its final place.
+                final_path = stage_dir / rel
+                stage_record = {
+                    "key": key, "bench_key": self._bench_key(), "artifact": str(rel), "sha256": out.sha256,
+                    "format": out.format, "precision": out.precision, "backend": out.backend, "meta": out.meta,
+                    "seconds": record.seconds, "details": record.details, "graph": record.graph,
+                    "latency_ms": record.latency_ms, "accuracy": record.accuracy}
+                write_text_atomic(tmp / STAGE_RECORD, json.dumps(stage_record, indent=2, default=str))
+        except StageError as exc:
+            record.status, record.reason = "failed", exc.message
+            record.seconds = round(time.perf_counter() - t0, 3)
+            record.details["error"] = _error_json(exc, stage.name)
+            return artifact
+        out = Artifact(final_path, out.format, out.precision, stage.name, artifact.sha256, out.backend, out.meta,
+                       out.sha256)
+        record.status = "ok"
+        record.artifact = str(final_path.relative_to(self.out))
+        self._apply_gate(stage, record)
+        return out
+
+    def _apply_gate(self, stage: Stage, record: StageReport) -> None:
+        if record.accuracy is None:
+            return
+        message = stage.gate(record.accuracy)
+        if message:
+            record.details["gate"] = {"passed": False, "message": message}
+            raise AccuracyError(f"{stage.name}: {message}",
+                                hint="loosen --tolerance, exclude nodes (--exclude / --exclude-op), or try another precision")
+
+    def _remember(self, ctx: StageContext, artifact: Artifact, latency: dict[str, Any] | None) -> None:
+        """Reuse a cached stage's measurements for the same artifact later in this run."""
+        if latency:
+            setting = latency.get("settings", {}).get("graph_optimization", "disabled")
+            self._latency_cache[self._latency_key(ctx, artifact, setting)] = LatencyStats.from_json(latency)
+
+    def _measure_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact,
+                       after: Artifact, reference: dict[str, Any]) -> None:
+        if before.format == "onnx":
+            g = graph_summary(before.path)
+            record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
+        if after.format == "onnx":
+            g = graph_summary(after.path)
+            record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
+        try:
+            lat_before = self._measure(ctx, before)
+            lat_after = self._measure(ctx, after)
+            record.accuracy = self._accuracy(after, reference)
+        except OptcliError as exc:
+            raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
+        record.latency_ms = {"before": lat_before.to_json() if lat_before else None,
+                             "after": lat_after.to_json() if lat_after else None}
+
+    def _final(self, ctx: StageContext, artifact: Artifact) -> dict[str, Any]:
+        """The artifact to ship, measured as it would be deployed (optimizations on)."""
+        self.emit("phase", {"text": "measuring the final artifact"})
+        deployed = self._measure(ctx, artifact, optimization="all")
+        # The baseline to beat: PyTorch eager, or the user's ONNX with onnxruntime's own optimizations.
+        reference_latency = self._measure(ctx, Artifact(ctx.source.path, ctx.source.format), "all")
+        rel = artifact.path
+        try:
+            rel = artifact.path.resolve().relative_to(self.out.resolve())
+        except ValueError:
+            pass
+        return {"artifact": str(rel), "format": artifact.format, "precision": artifact.precision,
+                "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
+                "flavour": artifact.meta.get("flavour"),
+                "latency_ms": deployed.to_json() if deployed else None,
+                "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
+
+
+def _error_json(exc: OptcliError, stage: str | None) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
+            "stage": stage}
+
+
+def _config_json(config: CompileConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(config)
+    d["inputs"] = [s.to_json() for s in config.inputs]
+    d["out"] = str(config.out_dir())
+    return json.loads(json.dumps(d, default=str))
+

@@ -1,0 +1,134 @@
+"""The run report: per-stage records and the whole run, as JSON (versioned schema) and Markdown.
+
+The schema is documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible change.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optcli.atomic_write import write_text_atomic
+
+SCHEMA_VERSION = 1
+STATUSES = ("pending", "ok", "cached", "skipped", "failed", "interrupted", "not-run")
+
+
+@dataclass
+class StageReport:
+    name: str
+    status: str = "pending"
+    reason: str | None = None
+    seconds: float | None = None
+    artifact: str | None = None
+    graph: dict[str, Any] = field(default_factory=lambda: {"nodes_before": None, "nodes_after": None,
+                                                           "ops_before": None, "ops_after": None})
+    latency_ms: dict[str, Any] = field(default_factory=lambda: {"before": None, "after": None})
+    accuracy: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunReport:
+    optcli_version: str
+    model: dict[str, Any]
+    target: str
+    environment: dict[str, Any]
+    config: dict[str, Any]
+    stages: list[StageReport] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    status: str = "running"                   # running | ok | failed | interrupted
+    error: dict[str, Any] | None = None       # {type, message, hint, exit_code, stage}
+    seconds: float | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "ok":
+            return 0
+        if self.error is not None:
+            return int(self.error.get("exit_code", 1))
+        return 130 if self.status == "interrupted" else 1
+
+    def stage(self, name: str) -> StageReport | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"schema_version": self.schema_version, "optcli_version": self.optcli_version, "model": self.model,
+             "target": self.target, "environment": self.environment, "status": self.status, "error": self.error,
+             "seconds": self.seconds, "config": self.config,
+             "stages": [s.to_json() for s in self.stages], "final": self.final}
+        return d
+
+    def write(self, out_dir: Path) -> None:
+        write_text_atomic(out_dir / "report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")
+        write_text_atomic(out_dir / "report.md", to_markdown(self))
+
+
+def _ms(lat: dict[str, Any] | None) -> str:
+    return f"{lat['p50']:.3f}" if lat else "-"
+
+
+def _speedup(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    if not before or not after or not after.get("p50"):
+        return "-"
+    return f"{before['p50'] / after['p50']:.2f}x"
+
+
+def stage_rows(report: RunReport) -> list[list[str]]:
+    """One row per stage: the table both the terminal and report.md show."""
+    rows = []
+    for s in report.stages:
+        g = s.graph
+        nodes = f"{g['nodes_before'] if g['nodes_before'] is not None else '-'} -> {g['nodes_after'] if g['nodes_after'] is not None else '-'}"
+        before, after = s.latency_ms.get("before"), s.latency_ms.get("after")
+        acc = s.accuracy or {}
+        cos = f"{acc['cosine_min']:.6f}" if "cosine_min" in acc else "-"
+        err = f"{acc['max_abs_err']:.2e}" if "max_abs_err" in acc else "-"
+        status = s.status if not s.reason else f"{s.status}: {s.reason}"
+        rows.append([s.name, status, f"{s.seconds:.2f}" if s.seconds is not None else "-", nodes,
+                     _ms(before), _ms(after), _speedup(before, after), err, cos])
+    return rows
+
+
+STAGE_COLUMNS = ["stage", "status", "seconds", "nodes", "p50 before ms", "p50 after ms", "speedup",
+                 "max abs err", "cosine min"]
+
+
+def to_markdown(report: RunReport) -> str:
+    lines = [f"# optcli report: {Path(report.model['path']).name}", "",
+             f"- status: **{report.status}**" + (f" ({report.error['message']})" if report.error else ""),
+             f"- target: {report.target}; optcli {report.optcli_version}; "
+             f"torch {report.environment.get('torch')}; onnxruntime {report.environment.get('onnxruntime')}",
+             f"- cpu: {report.environment.get('cpu')} ({report.environment.get('cpu_count')} cores); "
+             f"gpu: {report.environment.get('gpu') or 'none'}", ""]
+    lines.append("| " + " | ".join(STAGE_COLUMNS) + " |")
+    lines.append("|" + "---|" * len(STAGE_COLUMNS))
+    for row in stage_rows(report):
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    lines.append("")
+    lines.append("Latency: batch 1, p50 over timed runs after warm-up. Stages on ONNX measure before and after "
+                 "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; the export "
+                 "stage's 'before' is PyTorch eager. Accuracy is against the FP32 reference on fixed inputs.")
+    if report.final:
+        f = report.final
+        lines += ["", "## Final artifact", "",
+                  f"- `{f['artifact']}` ({f['precision']}, {f['backend']}, {f.get('size_bytes', 0) / 1e6:.2f} MB)"]
+        dep = f.get("latency_ms")
+        if dep:
+            lines.append(f"- deployed latency ({dep['runtime']}, graph optimization "
+                         f"{dep['settings'].get('graph_optimization', '-')}): p50 {dep['p50']:.3f} ms, "
+                         f"p90 {dep['p90']:.3f} ms, p99 {dep['p99']:.3f} ms, {dep['throughput']:.1f} samples/s")
+        ref = f.get("reference_latency_ms")
+        if ref and dep:
+            lines.append(f"- speedup over {ref['runtime']}: {ref['p50'] / dep['p50']:.2f}x (p50)")
+    fusions = [s for s in report.stages if s.details.get("fusions")]
+    for s in fusions:
+        added = s.details["fusions"]["added"]
+        if added:
+            lines += ["", f"## Fusions ({s.name})", "", ", ".join(f"{k} x{v}" for k, v in added.items())]
+    return "\n".join(lines) + "\n"

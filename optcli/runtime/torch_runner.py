@@ -1,0 +1,62 @@
+"""PyTorch eager runner: the FP32 reference and the "before" of the export stage."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from optcli.optional_imports import require
+from optcli.runtime.base import Runner
+from optcli.tensor_spec import TensorSpec
+
+
+def flatten_outputs(value: Any) -> list[Any]:
+    """A module's outputs as a flat list of tensors (tuples, lists, dicts and dataclass-like objects)."""
+    torch = require("torch", "running PyTorch models")
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten_outputs(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten_outputs(v)]
+    if hasattr(value, "to_tuple"):  # transformers ModelOutput
+        return flatten_outputs(value.to_tuple())
+    return []
+
+
+class TorchRunner(Runner):
+    """Runs an nn.Module (or ScriptModule, or an ExportedProgram's module) under inference_mode."""
+
+    backend = "torch-cpu"
+
+    def __init__(self, module: Any, inputs: list[TensorSpec], output_names: list[str] | None = None,
+                 threads: int | None = None, concurrency: int = 1, device: str = "cpu") -> None:
+        self.torch = require("torch", "running PyTorch models")
+        self.module = module
+        self.device = device
+        self.backend = f"torch-{device}"
+        self.threads = threads or os.cpu_count() or 1
+        self.torch.set_num_threads(self.threads)
+        names = output_names or []
+        super().__init__(inputs, [TensorSpec(n, (), "float32") for n in names], concurrency)
+        self._start()
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"intra_op_threads": self.threads, "mode": "eager", "device": self.device}
+
+    def _make_handle(self) -> Any:
+        return self.module
+
+    def _to_backend(self, value: Any, spec: TensorSpec) -> Any:
+        torch = self.torch
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device)
+        return torch.from_numpy(super()._to_backend(value, spec)).to(self.device)
+
+    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+        with self.torch.inference_mode():
+            out = handle(*[feeds[s.name] for s in self.inputs])
+        flat = [t.detach().cpu().numpy() for t in flatten_outputs(out)]
+        if not self.outputs:
+            self.outputs = [TensorSpec(f"output_{i}", (), str(t.dtype)) for i, t in enumerate(flat)]
+        return flat

@@ -1,0 +1,94 @@
+"""The stage contract: a name, a typed config, and run(input artifact, workdir) -> StageResult.
+
+A stage does its work and nothing else: no printing, no timing, no benchmarking; the pipeline owns
+those. Register a stage with @register; the pipeline discovers every module in optcli.stages, so
+adding a stage is adding one module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from optcli.artifact import Artifact
+
+if TYPE_CHECKING:
+    from optcli.config import CompileConfig
+    from optcli.model_source import ModelSource, TorchModel
+    from optcli.tensor_spec import TensorSpec
+
+_REGISTRY: dict[str, type[Stage]] = {}
+
+
+@dataclass
+class StageContext:
+    """What every stage may read: the run's config, the user's model, its inputs, the target."""
+
+    config: CompileConfig
+    source: ModelSource
+    inputs: list[TensorSpec]
+    target: str                     # resolved: cpu | tensorrt
+    out_dir: Path
+    torch_model: TorchModel | None = None
+    # Named sample batches the pipeline prepared: "verify" (fixed random), "calib", "eval" ...
+    samples: dict[str, Any] = field(default_factory=dict)
+    # Facts the pipeline learned (GPU probe, TensorRT version) that stages may read.
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StageResult:
+    """A stage's output artifact and what it wants the report to say about the work."""
+
+    artifact: Artifact
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Stage(ABC):
+    """One step of the pipeline."""
+
+    name: ClassVar[str]
+    order: ClassVar[int]          # position in the pipeline; gaps leave room for new stages
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+
+    @classmethod
+    def enabled(cls, config: CompileConfig) -> bool:
+        """Whether this run asked for the stage at all (a disabled stage is not in the report)."""
+        return True
+
+    def skip_reason(self, artifact: Artifact) -> str | None:
+        """A reason to skip this stage for this input (reported as skipped), or None to run it."""
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything besides the input artifact that changes the output; the cache key hashes it."""
+        return {}
+
+    @abstractmethod
+    def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        """Do the work, writing only inside `workdir` (a fresh folder renamed into place on success)."""
+
+    def gate(self, accuracy: dict[str, Any]) -> str | None:
+        """Return a failure message when `accuracy` misses this stage's tolerance, else None."""
+        return None
+
+
+def register(cls: type[Stage]) -> type[Stage]:
+    """Class decorator that adds a stage to the pipeline."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise RuntimeError(f"two stages named {cls.name!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def registered() -> list[type[Stage]]:
+    return sorted(_REGISTRY.values(), key=lambda c: c.order)
+
+
+def config_dict(obj: Any) -> dict[str, Any]:
+    """A dataclass config as a JSON-able dict (for fingerprints)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(obj).items()}

@@ -1,0 +1,179 @@
+"""Stage export: PyTorch -> ONNX, with a dynamic batch that is checked, and outputs verified against PyTorch.
+
+The dynamo exporter is tried first (the only one that takes a .pt2 program); TorchScript input and
+models the dynamo exporter fails on, or specialises to a fixed batch, fall back to the TorchScript
+exporter. Either way the ONNX must match PyTorch at batch 1 and batch 2 or the stage fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optcli.accuracy import compare_outputs
+from optcli.artifact import Artifact
+from optcli.errors import StageError
+from optcli.onnx_model import has_symbolic_batch, save_onnx
+from optcli.optional_imports import require
+from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.tensor_spec import random_inputs
+
+# The exported graph must reproduce PyTorch this closely, else export is a failure.
+VERIFY_COSINE = 0.9999
+VERIFY_MAX_ABS_REL = 1e-3  # relative to the reference's largest magnitude
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """The exporters print progress and warnings; a library must not, so keep them for error messages."""
+    buf = io.StringIO()
+    # torch logs "torchvision is not installed" through its own handlers, bound to the real stderr.
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield buf
+    finally:
+        onnx_logger.setLevel(level)
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:240]
+
+
+@register
+class ExportStage(Stage):
+    """PyTorch (.pt2, TorchScript, file.py:factory) -> ONNX."""
+
+    name = "export"
+    order = 10
+
+    def skip_reason(self, artifact: Artifact) -> str | None:
+        if artifact.format == "onnx":
+            return "input is already ONNX"
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
+
+    def _example_args(self, torch: Any, batch: int) -> tuple[Any, ...]:
+        tm = self.ctx.torch_model
+        assert tm is not None
+        feeds = random_inputs(self.ctx.inputs, batch, seed=1234, int_high=tm.int_high)
+        return tuple(torch.from_numpy(feeds[s.name]) for s in self.ctx.inputs)
+
+    def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        torch = require("torch", "exporting PyTorch models")
+        cfg = self.ctx.config.export
+        tm = self.ctx.torch_model
+        if tm is None:
+            raise StageError("export needs a PyTorch model")
+        exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.exporter]
+        if artifact.format in ("torchscript", "pickle") and "torchscript" in exporters:
+            exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
+        out = workdir / "model.onnx"
+        attempts: list[dict[str, Any]] = []
+        for exporter in exporters:
+            try:
+                with _quiet():
+                    model = self._export_dynamo(torch) if exporter == "dynamo" else self._export_torchscript(torch)
+                if cfg.static_batch:
+                    first = self.ctx.inputs[0].shape[0]
+                    _pin_batch(model, first if isinstance(first, int) else 1)
+                elif not has_symbolic_batch(model):
+                    attempts.append({"exporter": exporter, "error": "batch dim was specialised to a fixed size"})
+                    continue
+                external = save_onnx(model, out)
+                verify = self._verify(out, torch, static=cfg.static_batch)
+            except StageError as exc:
+                attempts.append({"exporter": exporter, "error": exc.message})
+                continue
+            except Exception as exc:  # exporter internals raise anything; we try the next one
+                attempts.append({"exporter": exporter, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
+                continue
+            details = {"exporter": exporter, "opset": cfg.opset, "dynamic_batch": not cfg.static_batch,
+                       "verify": verify, "attempts": attempts}
+            return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
+                                        meta={"external_data": external}), details)
+        reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
+        raise StageError(f"no exporter produced a correct ONNX ({reasons})",
+                         hint="try --exporter torchscript, --static-batch, or a newer --opset; --debug shows more")
+
+    def _export_dynamo(self, torch: Any) -> Any:
+        tm = self.ctx.torch_model
+        cfg = self.ctx.config.export
+        if tm.exported_program is not None:
+            prog = torch.onnx.export(tm.exported_program, args=(), dynamo=True, opset_version=cfg.opset,
+                                     external_data=False)
+        else:
+            args = self._example_args(torch, batch=2)  # batch >= 2: a batch of 1 gets specialised
+            dyn = None if cfg.static_batch else {s.name: {0: torch.export.Dim.DYNAMIC} for s in self.ctx.inputs}
+            prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
+                                     dynamic_shapes=dyn, input_names=[s.name for s in self.ctx.inputs],
+                                     external_data=False)
+        return prog.model_proto
+
+    def _export_torchscript(self, torch: Any) -> Any:
+        tm = self.ctx.torch_model
+        cfg = self.ctx.config.export
+        args = self._example_args(torch, batch=2)
+        module = tm.module
+        with torch.inference_mode():
+            from optcli.runtime.torch_runner import flatten_outputs
+            n_out = len(flatten_outputs(module(*args)))
+        names_in = [s.name for s in self.ctx.inputs]
+        names_out = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+        dynamic_axes = None if cfg.static_batch else {n: {0: "batch"} for n in names_in + names_out}
+        buf = io.BytesIO()
+        torch.onnx.export(module, args, buf, dynamo=False, opset_version=min(cfg.opset, 20),
+                          input_names=names_in, output_names=names_out, dynamic_axes=dynamic_axes,
+                          do_constant_folding=True)
+        import onnx
+
+        return onnx.load_from_string(buf.getvalue())
+
+    def _verify(self, path: Path, torch: Any, static: bool) -> dict[str, Any]:
+        """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static)."""
+        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+
+        tm = self.ctx.torch_model
+        results: dict[str, Any] = {}
+        runner = OnnxRuntimeRunner(path, optimization="disabled", threads=1)
+        try:
+            batches = [None] if static else [1, 2]
+            for batch in batches:
+                feeds = random_inputs(self.ctx.inputs, batch, seed=7, int_high=tm.int_high)
+                with torch.inference_mode():
+                    from optcli.runtime.torch_runner import flatten_outputs
+                    ref = [t.detach().numpy() for t in flatten_outputs(
+                        tm.module(*[torch.from_numpy(feeds[s.name]) for s in self.ctx.inputs]))]
+                got = runner.run_normalized(feeds)
+                if len(got) != len(ref):
+                    raise StageError(f"the ONNX has {len(got)} outputs, PyTorch gives {len(ref)}")
+                acc = compare_outputs(ref, got, [o.name for o in runner.outputs])
+                scale = max(float(np.abs(r).max()) for r in ref) or 1.0
+                results[f"batch{batch or 'static'}"] = {"max_abs_err": acc["max_abs_err"], "cosine_min": acc["cosine_min"]}
+                if acc["cosine_min"] < VERIFY_COSINE or acc["max_abs_err"] > VERIFY_MAX_ABS_REL * scale:
+                    raise StageError(f"ONNX outputs differ from PyTorch at batch {batch}: max abs err "
+                                     f"{acc['max_abs_err']:.3g}, cosine {acc['cosine_min']:.6f}")
+        finally:
+            runner.close()
+        return results
+
+
+def _pin_batch(model: Any, batch: int) -> None:
+    """Fix dim 0 of every graph input and output to `batch` (for --static-batch)."""
+    for vi in list(model.graph.input) + list(model.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims:
+            dims[0].ClearField("dim_param")
+            dims[0].dim_value = batch

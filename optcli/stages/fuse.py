@@ -1,0 +1,104 @@
+"""Stage fuse: portable graph fusion with ONNX Runtime's offline optimizer (never the ALL level).
+
+- CPU target: onnxruntime's transformer fusions where the graph is an encoder (LayerNorm, Gelu,
+  SkipLayerNorm, Attention where its patterns match), then the EXTENDED level (FusedConv,
+  FusedMatMul, ... in the com.microsoft domain). Both run on any ORT CPU.
+- TensorRT target: the BASIC level only, which folds and fuses but keeps plain ONNX ops, because
+  TensorRT's parser does not take com.microsoft ops.
+The ALL level is never saved: it writes NCHWc layouts tied to the CPU it ran on.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+from optcli.artifact import Artifact
+from optcli.errors import StageError
+from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, op_histogram
+from optcli.optional_imports import require
+from optcli.stages.base import Stage, StageResult, config_dict, register
+
+
+def looks_like_encoder(ops: dict[str, int]) -> bool:
+    """Transformer encoder: attention (MatMul + Softmax) and layer norms (fused or decomposed)."""
+    has_norm = "LayerNormalization" in ops or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops))
+    return "Softmax" in ops and "MatMul" in ops and has_norm
+
+
+def fusions_made(before: dict[str, int], after: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Op types that appeared or grew (the fused ops), and those that shrank (what was fused away)."""
+    added = {op: after[op] - before.get(op, 0) for op in after if after[op] > before.get(op, 0)}
+    removed = {op: before[op] - after.get(op, 0) for op in before if before[op] > after.get(op, 0)}
+    return {"added": added, "removed": removed}
+
+
+@register
+class FuseStage(Stage):
+    """ONNX -> fused ONNX (onnxruntime offline optimizer, transformer fusions for encoders)."""
+
+    name = "fuse"
+    order = 30
+
+    @classmethod
+    def enabled(cls, config: Any) -> bool:
+        return config.fuse.enabled
+
+    def skip_reason(self, artifact: Artifact) -> str | None:
+        if artifact.format != "onnx":
+            return f"input is {artifact.format}, not ONNX"
+        if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
+            return "model over 1.8 GB: offline fusion would need external initializers"
+        return None
+
+    def level(self) -> str:
+        return "basic" if self.ctx.target == "tensorrt" else self.ctx.config.fuse.level
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**config_dict(self.ctx.config.fuse), "effective_level": self.level()}
+
+    def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        ort = require("onnxruntime", "the fuse stage")
+        level = self.level()
+        before = op_histogram(load_onnx(artifact.path, load_weights=False))
+        details: dict[str, Any] = {"level": level, "transformer_fusions": None}
+        src = artifact.path
+        want_transformer = {"on": True, "off": False, "auto": looks_like_encoder(before)}[self.ctx.config.fuse.transformer]
+        if want_transformer and level == "extended":
+            src = workdir / "transformer.onnx"
+            details["transformer_fusions"] = self._transformer_fusions(artifact.path, src)
+        out = workdir / "model.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED if level == "extended"
+                                       else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+        so.optimized_model_filepath = str(out)
+        so.log_severity_level = 3
+        try:
+            ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise StageError(f"onnxruntime's optimizer failed: {str(exc).strip().splitlines()[0][:240]}",
+                             hint="skip this stage with --no-fuse") from exc
+        if src != artifact.path:
+            src.unlink()
+        after = op_histogram(load_onnx(out, load_weights=False))
+        details["fusions"] = fusions_made(before, after)
+        return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
+                                    meta={"flavour": "onnxruntime-extended" if level == "extended" else "onnx-standard"}),
+                           details)
+
+    def _transformer_fusions(self, src: Path, dst: Path) -> dict[str, int]:
+        """onnxruntime.transformers' BERT fusions (opt_level 0: graph patterns only, no session)."""
+        optimizer = require("onnxruntime.transformers.optimizer", "transformer fusions")
+        # The optimizer logs pattern-matching chatter at INFO/WARNING; a library stays quiet.
+        logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                opt = optimizer.optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0, opt_level=0)
+            except Exception as exc:
+                raise StageError(f"transformer fusion failed: {str(exc).strip().splitlines()[0][:240]}",
+                                 hint="turn it off with --transformer-fusion off") from exc
+            opt.save_model_to_file(str(dst))
+            stats = opt.get_fused_operator_statistics()
+        return {k: int(v) for k, v in stats.items() if v}

@@ -1,0 +1,54 @@
+"""Stage simplify: onnxsim constant folding, dead-node removal and shape inference, dynamic dims kept."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from optcli.artifact import Artifact
+from optcli.errors import StageError
+from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, io_specs, load_onnx, save_onnx
+from optcli.optional_imports import require
+from optcli.stages.base import Stage, StageResult, config_dict, register
+
+
+@register
+class SimplifyStage(Stage):
+    """ONNX -> smaller ONNX with the same outputs (onnxsim)."""
+
+    name = "simplify"
+    order = 20
+
+    @classmethod
+    def enabled(cls, config: Any) -> bool:
+        return config.simplify.enabled
+
+    def skip_reason(self, artifact: Artifact) -> str | None:
+        if artifact.format != "onnx":
+            return f"input is {artifact.format}, not ONNX"
+        if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
+            return "model over 1.8 GB: onnxsim cannot hold it in one protobuf"
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        return config_dict(self.ctx.config.simplify)
+
+    def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        onnxsim = require("onnxsim", "the simplify stage")
+        model = load_onnx(artifact.path)
+        inputs_before, _ = io_specs(model)
+        try:
+            simplified, ok = onnxsim.simplify(model, check_n=0)
+        except Exception as exc:  # onnxsim raises RuntimeError/ValidationError from C++
+            raise StageError(f"onnxsim failed: {str(exc).strip().splitlines()[0][:240] if str(exc).strip() else type(exc).__name__}",
+                             hint="skip this stage with --no-simplify") from exc
+        if not ok:
+            raise StageError("onnxsim could not validate the simplified model", hint="skip it with --no-simplify")
+        inputs_after, _ = io_specs(simplified)
+        lost = [a.name for a, b in zip(inputs_before, inputs_after) if a.shape != b.shape]
+        if lost:
+            raise StageError(f"onnxsim changed the shape of input(s) {', '.join(lost)}",
+                             hint="skip this stage with --no-simplify")
+        out = workdir / "model.onnx"
+        external = save_onnx(simplified, out)
+        return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
+                                    meta={"external_data": external}), {"tool": f"onnxsim {onnxsim.__version__}"})
