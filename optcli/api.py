@@ -39,8 +39,14 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
     """Set `name=value` on whichever stage config has a field of that name."""
     from optcli.errors import UsageError
 
-    sections = [config.export, config.simplify, config.fuse, config.bench, config.accuracy]
+    sections = [config.export, config.simplify, config.fuse, config.bench, config.accuracy, config.quantize]
     for key, value in options.items():
+        if key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
+            if value:
+                config.quantize.precision = key
+            continue
+        if key in ("calib", "eval") and value is not None:
+            value = Path(value)
         for section in sections:
             if hasattr(section, key):
                 setattr(section, key, value)

@@ -67,6 +67,26 @@ class AccuracyConfig:
 
 
 @dataclass
+class QuantizeConfig:
+    """Precision of the compiled graph; FP16 casts and INT8 Q/DQ live in the ONNX (TensorRT 10+/11 style)."""
+
+    precision: str = "fp32"           # fp32 | fp16 | int8 | bf16
+    calib: Path | None = None         # calibration data folder (int8)
+    calib_reader: str | None = None   # npz | npy | images | entry-point name | path/file.py:Class
+    calib_options: dict[str, str] = field(default_factory=dict)
+    calib_samples: int | None = None  # cap on calibration samples
+    calib_method: str = "minmax"      # minmax | entropy | percentile
+    eval: Path | None = None          # held-out data for the accuracy gate (else unused calib samples)
+    exclude_nodes: list[str] = field(default_factory=list)
+    exclude_ops: list[str] = field(default_factory=list)
+    fallback: bool = True             # exclude sensitive nodes automatically when the gate fails
+    flavour: str = "auto"             # auto | qdq (TensorRT-ready Q/DQ) | dynamic (ORT CPU, transformers)
+
+
+PRECISIONS = ("fp32", "fp16", "int8", "bf16")
+
+
+@dataclass
 class CompileConfig:
     """Everything `optcli compile` needs; the CLI and the API both build one of these."""
 
@@ -80,6 +100,7 @@ class CompileConfig:
     fuse: FuseConfig = field(default_factory=FuseConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+    quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
     # Sections for stages added later (quantize, build, deploy) live here by stage name, typed by
     # the stage module itself, so adding a stage does not change this file.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +118,10 @@ class CompileConfig:
                              hint="use basic or extended (the all level writes CPU-specific layouts)")
         if self.export.exporter not in ("auto", "dynamo", "torchscript"):
             raise UsageError(f"unknown exporter {self.export.exporter!r}", hint="use auto, dynamo or torchscript")
+        if self.quantize.precision not in PRECISIONS:
+            raise UsageError(f"unknown precision {self.quantize.precision!r}", hint=f"use one of: {', '.join(PRECISIONS)}")
+        if self.quantize.precision == "int8" and self.quantize.calib is None:
+            raise UsageError("--int8 needs calibration data", hint="pass --calib DIR (a folder of .npz files, keys = input names)")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1")
 
@@ -131,7 +156,8 @@ def load_toml(path: Path) -> dict[str, Any]:
 
 
 def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
-    """Build a CompileConfig from a TOML-shaped dict (tables: compile, export, simplify, fuse, bench, accuracy)."""
+    """Build a CompileConfig from a TOML-shaped dict (tables: compile, export, simplify, fuse, bench,
+    accuracy, quantize)."""
     data = {k.replace("-", "_"): v for k, v in data.items()}
     top = dict(data.pop("compile", {}))
     top = {k.replace("-", "_"): v for k, v in top.items()}
@@ -144,7 +170,7 @@ def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
     if top:
         cfg.extra.setdefault("compile", {}).update(top)
     for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
-                         ("bench", BenchConfig), ("accuracy", AccuracyConfig)):
+                         ("bench", BenchConfig), ("accuracy", AccuracyConfig), ("quantize", QuantizeConfig)):
         if section in data:
             setattr(cfg, section, _fill(cls, data.pop(section), section))
     cfg.extra.update(data)  # sections owned by later stages, checked by them
