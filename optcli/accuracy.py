@@ -74,8 +74,8 @@ def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: floa
     for name, e in summary.get("outputs", {}).items():
         if not e.get("finite", True):
             return f"output {name!r} has NaN or Inf values"
-        if cosine is not None and e["cosine_min"] < cosine:
-            return f"output {name!r}: cosine {e['cosine_min']:.4f} < tolerance {cosine}"
+        if cosine is not None and e["cosine_mean"] < cosine:
+            return f"output {name!r}: mean cosine {e['cosine_mean']:.4f} < tolerance {cosine}"
         if max_abs is not None and e["max_abs_err"] > max_abs:
             return f"output {name!r}: max abs error {e['max_abs_err']:.4g} > tolerance {max_abs}"
         if top1 is not None and "top1_agreement" in e and e["top1_agreement"] < top1:

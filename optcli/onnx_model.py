@@ -87,3 +87,9 @@ def has_symbolic_batch(model: Any) -> bool:
     """True when dim 0 of every graph input is symbolic (a dim_param, not a fixed value)."""
     inputs, _ = io_specs(model)
     return bool(inputs) and all(s.shape and not isinstance(s.shape[0], int) for s in inputs)
+
+
+def looks_like_encoder(ops: dict[str, int]) -> bool:
+    """Transformer encoder: attention (MatMul + Softmax) and layer norms (fused or decomposed)."""
+    has_norm = any(k.endswith("LayerNormalization") for k in ops) or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops))
+    return "Softmax" in ops and "MatMul" in ops and has_norm or "com.microsoft.Attention" in ops

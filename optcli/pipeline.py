@@ -276,7 +276,7 @@ class Pipeline:
                 record.details = result.details
                 record.seconds = round(seconds, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
-                self._measure_stage(ctx, stage, record, artifact, out, reference)
+                self._measure_stage(ctx, stage, record, artifact, out, reference, result.accuracy)
                 # The folder is about to be renamed: point the artifact at its final place.
                 final_path = stage_dir / rel
                 stage_record = {
@@ -313,7 +313,7 @@ class Pipeline:
             self._latency_cache[self._latency_key(ctx, artifact, setting)] = LatencyStats.from_json(latency)
 
     def _measure_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact,
-                       after: Artifact, reference: dict[str, Any]) -> None:
+                       after: Artifact, reference: dict[str, Any], accuracy: dict[str, Any] | None = None) -> None:
         if before.format == "onnx":
             g = graph_summary(before.path)
             record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
@@ -323,7 +323,7 @@ class Pipeline:
         try:
             lat_before = self._measure(ctx, before)
             lat_after = self._measure(ctx, after)
-            record.accuracy = self._accuracy(after, reference)
+            record.accuracy = accuracy if accuracy is not None else self._accuracy(after, reference)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
         record.latency_ms = {"before": lat_before.to_json() if lat_before else None,

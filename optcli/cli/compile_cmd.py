@@ -10,6 +10,7 @@ import click
 
 from optcli.cli.main import exit_with
 from optcli.config import TARGETS, CompileConfig, compile_config_from_dict, load_toml
+from optcli.errors import UsageError
 from optcli.tensor_spec import parse_input_spec
 
 
@@ -52,7 +53,39 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
         config.fuse.enabled = False
     if params["no_bench"]:
         config.bench.enabled = False
+    _apply_quantize_flags(ctx, config, params)
     return config
+
+
+def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dict[str, Any]) -> None:
+    from optcli.quantize.tolerance import parse_tolerance
+
+    q = config.quantize
+    chosen = [p for p in ("fp16", "int8", "bf16") if params[p]]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one precision, not {' and '.join('--' + c for c in chosen)}",
+                         hint="compare precisions side by side with `optcli compare MODEL --variants fp32,fp16,int8`")
+    if chosen:
+        q.precision = chosen[0]
+    for flag, field in (("calib", "calib"), ("eval_dir", "eval"), ("calib_reader", "calib_reader"),
+                        ("calib_samples", "calib_samples"), ("calib_method", "calib_method"),
+                        ("int8_flavour", "flavour")):
+        if _given(ctx, flag):
+            setattr(q, field, params[flag])
+    if params["calib_opt"]:
+        for item in params["calib_opt"]:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise UsageError(f"malformed --calib-opt {item!r}", hint="write key=value, e.g. --calib-opt size=224")
+            q.calib_options[key] = value
+    q.exclude_nodes += list(params["exclude"])
+    q.exclude_ops += list(params["exclude_op"])
+    if params["no_fallback"]:
+        q.fallback = False
+    if params["tolerance"]:
+        tol = parse_tolerance(params["tolerance"])
+        config.accuracy.cosine, config.accuracy.max_abs, config.accuracy.top1 = (
+            tol.get("cosine"), tol.get("max_abs"), tol.get("top1"))
 
 
 @click.command("compile")
@@ -79,6 +112,24 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
 @click.option("--bench-runs", type=click.IntRange(1), default=50, show_default=True,
               help="Timed runs per latency measurement (at least).")
 @click.option("--threads", type=click.IntRange(1), help="Intra-op threads [all cores].")
+@click.option("--fp16", is_flag=True, help="Convert to FP16 (FP32 inputs/outputs kept), gated on accuracy.")
+@click.option("--int8", is_flag=True, help="Quantize to INT8 with calibration data (--calib), gated on accuracy.")
+@click.option("--bf16", is_flag=True, help="BF16 where the backend supports it (OpenVINO CPU).")
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration data folder (.npz: keys = input names).")
+@click.option("--calib-reader", help="npz | npy | images | an entry-point name | path/file.py:Class.")
+@click.option("--calib-opt", multiple=True, metavar="KEY=VALUE", help="Reader option (repeat), e.g. size=224.")
+@click.option("--calib-samples", type=click.IntRange(1), help="Use at most N calibration samples.")
+@click.option("--calib-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
+              show_default=True)
+@click.option("--eval", "eval_dir", type=click.Path(path_type=Path),
+              help="Held-out data for the accuracy gate (a `labels` key adds top-1 accuracy).")
+@click.option("--tolerance", multiple=True, metavar="cosine=0.99,top1=..,max-abs=..",
+              help="Accuracy gate against FP32 (default cosine=0.99 for int8, 0.999 for fp16). Miss it: exit 3.")
+@click.option("--exclude", multiple=True, metavar="NODE", help="Keep this node in float (repeat).")
+@click.option("--exclude-op", multiple=True, metavar="OPTYPE", help="Keep every node of this op type in float.")
+@click.option("--no-fallback", is_flag=True, help="Do not exclude sensitive nodes automatically.")
+@click.option("--int8-flavour", type=click.Choice(["auto", "qdq", "qdq-s8s8", "qdq-u8s8", "dynamic"]),
+              default="auto", show_default=True, help="Where Q/DQ sit; auto picks per target and model.")
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
     """Compile MODEL (.onnx, .pt2, TorchScript .pt, or file.py:factory) through the pipeline:

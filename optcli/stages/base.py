@@ -44,6 +44,9 @@ class StageResult:
 
     artifact: Artifact
     details: dict[str, Any] = field(default_factory=dict)
+    # A stage that evaluates on real data (the quantize stages) reports that accuracy instead of
+    # the pipeline's random-input check.
+    accuracy: dict[str, Any] | None = None
 
 
 class Stage(ABC):

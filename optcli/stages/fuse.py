@@ -17,15 +17,9 @@ from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.errors import StageError
-from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, op_histogram
+from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, looks_like_encoder, op_histogram
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
-
-
-def looks_like_encoder(ops: dict[str, int]) -> bool:
-    """Transformer encoder: attention (MatMul + Softmax) and layer norms (fused or decomposed)."""
-    has_norm = "LayerNormalization" in ops or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops))
-    return "Softmax" in ops and "MatMul" in ops and has_norm
 
 
 def fusions_made(before: dict[str, int], after: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -54,10 +48,25 @@ class FuseStage(Stage):
         return None
 
     def level(self) -> str:
-        return "basic" if self.ctx.target == "tensorrt" else self.ctx.config.fuse.level
+        # TensorRT's parser takes plain ONNX only; the quantizers only know plain ONNX ops (a FusedConv
+        # would stay float), and onnxruntime fuses Q/DQ patterns itself when it loads the model.
+        if self.ctx.target == "tensorrt" or self.ctx.config.quantize.precision != "fp32":
+            return "basic"
+        return self.ctx.config.fuse.level
+
+    def transformer_fusions(self, ops: dict[str, int]) -> bool:
+        mode = self.ctx.config.fuse.transformer
+        if mode == "off" or self.ctx.target == "tensorrt":
+            return False
+        q = self.ctx.config.quantize
+        if q.precision == "int8" and q.flavour not in ("auto", "dynamic"):
+            return False  # static Q/DQ works on plain MatMuls
+        return mode == "on" or looks_like_encoder(ops)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**config_dict(self.ctx.config.fuse), "effective_level": self.level()}
+        q = self.ctx.config.quantize
+        return {**config_dict(self.ctx.config.fuse), "effective_level": self.level(),
+                "precision": q.precision, "int8_flavour": q.flavour}
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         ort = require("onnxruntime", "the fuse stage")
@@ -65,8 +74,7 @@ class FuseStage(Stage):
         before = op_histogram(load_onnx(artifact.path, load_weights=False))
         details: dict[str, Any] = {"level": level, "transformer_fusions": None}
         src = artifact.path
-        want_transformer = {"on": True, "off": False, "auto": looks_like_encoder(before)}[self.ctx.config.fuse.transformer]
-        if want_transformer and level == "extended":
+        if self.transformer_fusions(before):
             src = workdir / "transformer.onnx"
             details["transformer_fusions"] = self._transformer_fusions(artifact.path, src)
         out = workdir / "model.onnx"

@@ -1,0 +1,1 @@
+"""Calibration data: the reader protocol, built-in readers, plugin lookup, validation."""

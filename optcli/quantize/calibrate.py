@@ -1,0 +1,90 @@
+"""Activation ranges from calibration data with ONNX Runtime's calibrators, cached by content hash.
+
+We build the calibrator ourselves rather than through quantize_static, because quantize_static does
+not pass the histogram bin count through: its entropy method then gives the minmax ranges.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from optcli.calibration.dataset import SampleSet
+from optcli.errors import StageError, UsageError
+from optcli.optional_imports import require
+
+METHODS = ("minmax", "entropy", "percentile")
+# Bins for the histogram methods; 2048 is TensorRT's own entropy calibrator's choice.
+NUM_BINS = 2048
+PERCENTILE = 99.99
+CALIB_BATCH = 16
+
+
+class _Reader:
+    """ORT's CalibrationDataReader protocol over a SampleSet, in batches."""
+
+    def __init__(self, samples: SampleSet) -> None:
+        self.batches = iter(samples.batches(CALIB_BATCH))
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self.batches, None)
+
+
+def cache_key(model_sha: str, samples: SampleSet, method: str, symmetric: bool, op_types: tuple[str, ...]) -> str:
+    blob = json.dumps({"model": model_sha, "data": samples.digest(), "method": method, "symmetric": symmetric,
+                       "op_types": list(op_types), "bins": NUM_BINS, "percentile": PERCENTILE}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method: str, symmetric: bool,
+                   op_types: tuple[str, ...], cache_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Return (path of a tensors-range JSON usable as quantize_static's calibration_cache_path, info)."""
+    if method not in METHODS:
+        raise UsageError(f"unknown calibration method {method!r}", hint=f"use one of: {', '.join(METHODS)}")
+    q = require("onnxruntime.quantization", "INT8 calibration")
+    calibrate = require("onnxruntime.quantization.calibrate", "INT8 calibration")
+    key = cache_key(model_sha, samples, method, symmetric, op_types)
+    path = cache_dir / f"ranges-{method}-{key}.json"
+    info = {"method": method, "samples": len(samples), "cache": str(path), "cache_hit": path.is_file()}
+    if path.is_file():
+        return path, info
+    ort_method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+                  "percentile": q.CalibrationMethod.Percentile}[method]
+    extra: dict[str, Any] = {"symmetric": symmetric}
+    if method == "entropy":
+        extra.update(num_bins=NUM_BINS, num_quantized_bins=128)
+    elif method == "percentile":
+        extra.update(num_bins=NUM_BINS, percentile=PERCENTILE)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="optcli-calib-") as tmp, contextlib.redirect_stdout(io.StringIO()):
+        try:
+            calibrator = q.create_calibrator(model_path, list(op_types), augmented_model_path=str(Path(tmp) / "aug.onnx"),
+                                             calibrate_method=ort_method, providers=["CPUExecutionProvider"],
+                                             extra_options=extra)
+            calibrator.collect_data(_Reader(samples))
+            ranges = calibrator.compute_data()
+        except Exception as exc:
+            raise StageError(f"calibration failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                             hint="check the calibration data matches the model's inputs") from exc
+    from optcli.atomic_write import atomic_path
+
+    with atomic_path(path) as tmp_path:
+        calibrate.save_tensors_data(ranges, tmp_path)
+    return path, info
+
+
+def range_summary(path: Path) -> dict[str, float]:
+    """{tensor: max |range|}: lets tests check that methods really differ."""
+    calibrate = require("onnxruntime.quantization.calibrate", "INT8 calibration")
+    data = calibrate.load_tensors_data(path)
+    out = {}
+    for name, tr in data.data.items():
+        lo, hi = (float(v) for v in tr.range_value)
+        out[name] = max(abs(lo), abs(hi))
+    return out

@@ -1,0 +1,55 @@
+"""Which INT8 graph to produce, per target and model: where the Q/DQ pairs sit decides the speed.
+
+| flavour      | activations            | weights                    | used for                                  |
+| qdq-s8s8     | int8 symmetric, zp 0   | int8 symmetric per-channel | TensorRT: the only Q/DQ it accepts        |
+| qdq-u8s8     | uint8 asymmetric       | int8 symmetric per-channel | ONNX Runtime CPU, CNNs (VNNI u8 x s8)     |
+| dynamic      | uint8, ranges at run   | int8 per-channel           | ONNX Runtime CPU, transformer encoders    |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optcli.errors import UsageError
+
+FLAVOURS = ("qdq-s8s8", "qdq-u8s8", "dynamic")
+# Ops whose inputs get Q/DQ pairs. Quantizing only the heavy ops was both faster and more accurate
+# than ORT's default "everything" on this CPU (see docs/benchmarks/cpu.md).
+QDQ_OPS = ("Conv", "MatMul", "Gemm")
+DYNAMIC_OPS = ("MatMul", "Gemm", "Attention")
+
+
+@dataclass(frozen=True)
+class Flavour:
+    name: str
+    static: bool
+    activation_symmetric: bool
+    activation_signed: bool
+    op_types: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "static": self.static, "activations": ("int8" if self.activation_signed else "uint8")
+                + (" symmetric" if self.activation_symmetric else " asymmetric"),
+                "weights": "int8 symmetric per-channel", "op_types": list(self.op_types)}
+
+
+_TABLE = {
+    "qdq-s8s8": Flavour("qdq-s8s8", True, True, True, QDQ_OPS),
+    "qdq-u8s8": Flavour("qdq-u8s8", True, False, False, QDQ_OPS),
+    "dynamic": Flavour("dynamic", False, False, False, DYNAMIC_OPS),
+}
+
+
+def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
+    """`auto`: TensorRT gets s8/s8 Q/DQ; on a CPU, encoders get dynamic INT8 and the rest u8/s8 Q/DQ."""
+    if requested in ("qdq", "auto") and target == "tensorrt":
+        return _TABLE["qdq-s8s8"]
+    if requested == "auto":
+        return _TABLE["dynamic" if is_encoder else "qdq-u8s8"]
+    if requested == "qdq":
+        return _TABLE["qdq-u8s8"]
+    if requested not in _TABLE:
+        raise UsageError(f"unknown INT8 flavour {requested!r}", hint=f"use auto, qdq, or one of {', '.join(FLAVOURS)}")
+    if target == "tensorrt" and requested != "qdq-s8s8":
+        raise UsageError(f"INT8 flavour {requested} does not build into TensorRT",
+                         hint="TensorRT takes symmetric int8 Q/DQ only: use --int8-flavour qdq-s8s8 (or auto)")
+    return _TABLE[requested]

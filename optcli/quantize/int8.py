@@ -1,0 +1,63 @@
+"""Produce an INT8 ONNX: static Q/DQ from cached calibration ranges, or ONNX Runtime's dynamic INT8."""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import StageError
+from optcli.onnx_model import load_onnx, save_onnx
+from optcli.optional_imports import require
+from optcli.quantize.flavour import Flavour
+
+
+def name_nodes(src: Path, dst: Path) -> list[str]:
+    """Copy the model giving every node a unique name (exclusion works by node name)."""
+    model = load_onnx(src)
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}"
+        seen.add(node.name)
+    save_onnx(model, dst)
+    return [n.name for n in model.graph.node]
+
+
+def candidate_nodes(model_path: Path, flavour: Flavour) -> list[str]:
+    """Nodes the flavour would quantize, in graph order."""
+    model = load_onnx(model_path, load_weights=False)
+    return [n.name for n in model.graph.node if n.op_type in flavour.op_types]
+
+
+def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method: str,
+             exclude: list[str]) -> dict[str, Any]:
+    """Write the INT8 model for `flavour` to `dst`, keeping `exclude` nodes in float."""
+    q = require("onnxruntime.quantization", "INT8 quantization")
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # quantize_static warns on root
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if flavour.static:
+                q.quantize_static(
+                    str(src), str(dst), calibration_data_reader=None, quant_format=q.QuantFormat.QDQ,
+                    op_types_to_quantize=list(flavour.op_types), per_channel=True, reduce_range=False,
+                    activation_type=q.QuantType.QInt8 if flavour.activation_signed else q.QuantType.QUInt8,
+                    weight_type=q.QuantType.QInt8, nodes_to_exclude=list(exclude),
+                    calibrate_method={"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+                                      "percentile": q.CalibrationMethod.Percentile}[method],
+                    calibration_cache_path=str(ranges),
+                    extra_options={"ActivationSymmetric": flavour.activation_symmetric, "WeightSymmetric": True})
+            else:
+                q.quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(flavour.op_types),
+                                   per_channel=False, reduce_range=False, weight_type=q.QuantType.QInt8,
+                                   nodes_to_exclude=list(exclude), extra_options={"MatMulConstBOnly": True})
+    except Exception as exc:
+        raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                         hint="exclude the failing node with --exclude NODE, or its op type with --exclude-op") from exc
+    model = load_onnx(dst, load_weights=False)
+    ops = [n.op_type for n in model.graph.node]
+    return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
+            "dynamic_quantize": sum(o.startswith("DynamicQuantize") for o in ops),
+            "integer_ops": sum(o in ("MatMulInteger", "ConvInteger", "QAttention", "DynamicQuantizeMatMul") for o in ops)}
