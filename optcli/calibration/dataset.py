@@ -105,6 +105,11 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
                 break
     except ReaderError as exc:
         raise UsageError(f"{what} data: {exc}", hint="fix or remove that file") from None
+    except UsageError:
+        raise
+    except Exception as exc:  # a plugin's own failure: user code, so no traceback, but say whose
+        raise UsageError(f"{what} reader {how} failed: {type(exc).__name__}: {str(exc)[:200]}",
+                         hint="fix the data or the reader (rerun with --debug for the traceback)") from exc
     if len(rows) < minimum:
         raise UsageError(f"{what} folder {folder} has {len(rows)} samples, fewer than the {minimum} needed",
                          hint="add samples, or lower --calib-samples")
