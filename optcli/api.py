@@ -41,6 +41,9 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
 
     sections = [config.export, config.simplify, config.fuse, config.bench, config.accuracy, config.quantize]
     for key, value in options.items():
+        if key in ("bench", "simplify", "fuse") and isinstance(value, bool):  # bench=False: no latency
+            getattr(config, key).enabled = value
+            continue
         if key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
             if value:
                 config.quantize.precision = key

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError, UsageError
 from optcli.optional_imports import require
@@ -85,6 +87,6 @@ def range_summary(path: Path) -> dict[str, float]:
     data = calibrate.load_tensors_data(path)
     out = {}
     for name, tr in data.data.items():
-        lo, hi = (float(v) for v in tr.range_value)
-        out[name] = max(abs(lo), abs(hi))
+        lo, hi = (np.asarray(v, dtype=np.float64) for v in tr.range_value)  # arrays when per-channel
+        out[name] = float(max(np.abs(lo).max(), np.abs(hi).max()))
     return out

@@ -166,10 +166,12 @@ class QuantizeInt8Stage(Stage):
             excluded_auto += ranked[:2 ** round_no]
         if excluded_auto and attempts[-1]["passed"]:
             excluded_auto = self._prune(fp32, out, flavour, ranges, manual, excluded_auto, reference, ev, tol, attempts)
+        final_acc = evaluate(out, reference, ev)
+        final_acc["reference"] = "fp32-onnx"
         fallback = None
         if excluded_auto:
             fallback = {"excluded_nodes": excluded_auto,
-                        "accuracy_before": attempts[0]["accuracy"], "accuracy_after": attempts[-1]["accuracy"],
+                        "accuracy_before": attempts[0]["accuracy"], "accuracy_after": _brief(final_acc),
                         "latency_p50_ms_before": latency_first, "latency_p50_ms_after": _quick_latency(out, ev),
                         "rounds": len(attempts) - 1}
         fp32.unlink()
@@ -178,8 +180,6 @@ class QuantizeInt8Stage(Stage):
                                   "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                    "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback, "attempts": attempts,
                    "quantized_nodes": len([c for c in candidates if c not in manual + excluded_auto])}
-        final_acc = evaluate(out, reference, ev)
-        final_acc["reference"] = "fp32-onnx"
         return StageResult(Artifact(out, "onnx", precision="int8", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": f"int8-{flavour.name}"}), details, accuracy=final_acc)
 

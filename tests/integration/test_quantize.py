@@ -1,0 +1,193 @@
+"""INT8 and FP16 through the real pipeline (torch, onnxruntime): gate, fallback, calibration, caches."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optcli import api
+from optcli.errors import AccuracyError, UsageError
+
+OUTLIER_NET = textwrap.dedent('''
+    import torch
+
+    class OutlierNet(torch.nn.Module):
+        """fc2's input has one channel 1000x the others: per-tensor INT8 of it crushes the rest."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc1 = torch.nn.Linear(64, 128)
+            self.fc2 = torch.nn.Linear(128, 128)
+            self.fc3 = torch.nn.Linear(128, 10)
+            scale = torch.ones(128)
+            scale[0] = 1000.0
+            self.register_buffer("scale", scale)
+
+        def forward(self, x):
+            h = torch.relu(self.fc1(x)) * self.scale
+            return self.fc3(torch.relu(self.fc2(h)))
+
+    class SmallCnn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.body = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1))
+            self.head = torch.nn.Linear(32, 10)
+
+        def forward(self, x):
+            return self.head(self.body(x).flatten(1))
+
+    def outlier():
+        return OutlierNet().eval(), (torch.randn(2, 64),)
+
+    def cnn():
+        return SmallCnn().eval(), (torch.randn(2, 3, 16, 16),)
+''')
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("qmodels")
+    (d / "nets.py").write_text(OUTLIER_NET)
+    return d
+
+
+def _npz_dir(root: Path, name: str, key: str, shape: tuple[int, ...], n_files: int = 4, seed: int = 0,
+             labels: bool = False) -> Path:
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n_files):
+        arrays = {key: rng.standard_normal(shape).astype(np.float32)}
+        if labels:
+            arrays["labels"] = rng.integers(0, 10, size=shape[0]).astype(np.int64)
+        np.savez(d / f"part-{i}.npz", **arrays)
+    return d
+
+
+def test_fallback_rescues_outlier_model(models: Path, tmp_path: Path) -> None:
+    calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
+    model = f"{models / 'nets.py'}:outlier"
+    plain = api.compile(model, out=tmp_path / "plain", int8=True, calib=calib, fallback=False, check=False,
+                        bench=False)
+    assert plain.status == "failed" and plain.exit_code == 3
+    stage = plain.stage("quantize-int8")
+    assert stage.accuracy["cosine_mean"] < 0.9, "plain INT8 should break this model"
+
+    rescued = api.compile(model, out=tmp_path / "rescued", int8=True, calib=calib, check=False, bench=False)
+    assert rescued.status == "ok", rescued.error
+    st = rescued.stage("quantize-int8")
+    fb = st.details["fallback"]
+    assert "node_linear_1" in fb["excluded_nodes"], fb  # fc2, whose input carries the outlier
+    assert fb["accuracy_before"]["cosine_mean"] < 0.9 <= 0.99 <= fb["accuracy_after"]["cosine_mean"]
+    assert st.details["quantized_nodes"] >= 1, "fallback must not simply exclude everything"
+    assert st.accuracy["cosine_mean"] >= 0.99
+    assert fb["latency_p50_ms_before"] > 0 and fb["latency_p50_ms_after"] > 0
+    report = json.loads((tmp_path / "rescued" / "report.json").read_text())
+    assert report["stages"][-1]["details"]["fallback"]["excluded_nodes"] == fb["excluded_nodes"]
+
+
+def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None:
+    calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
+    model = f"{models / 'nets.py'}:outlier"
+    r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, fallback=False, check=False,
+                    exclude_nodes=["node_linear_1", "node_linear_2"], bench=False)
+    assert r.status == "ok", r.error
+    assert r.stage("quantize-int8").details["excluded_by_user"] == ["node_linear_1", "node_linear_2"]
+    r = api.compile(model, out=tmp_path / "o2", int8=True, calib=calib, fallback=False, check=False,
+                    exclude_ops=["Gemm"], bench=False)
+    assert r.status == "ok" and r.stage("quantize-int8").details["quantized_nodes"] == 0
+    with pytest.raises(UsageError, match="no node of that name"):
+        api.compile(model, out=tmp_path / "o3", int8=True, calib=calib, exclude_nodes=["nope"], bench=False)
+
+
+def test_cnn_int8_qdq_u8s8_passes_gate_and_caches_ranges(models: Path, tmp_path: Path) -> None:
+    calib = _npz_dir(tmp_path, "calib", "x", (16, 3, 16, 16))
+    evald = _npz_dir(tmp_path, "eval", "x", (16, 3, 16, 16), n_files=2, seed=5, labels=True)
+    model = f"{models / 'nets.py'}:cnn"
+    r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, bench=False)
+    st = r.stage("quantize-int8")
+    assert st.details["flavour"]["name"] == "qdq-u8s8"
+    assert st.details["evaluation"]["labels"] is True and "top1_accuracy" in st.accuracy
+    assert st.accuracy["cosine_mean"] >= 0.99
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "o" / st.artifact)).graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    assert st.details["calibration"]["cache_hit"] is False
+    # Same data, forced rebuild: the calibration cache is reused.
+    r2 = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, force=True, bench=False)
+    assert r2.stage("quantize-int8").details["calibration"]["cache_hit"] is True
+    # Change one calibration sample: the stage and the ranges are recomputed.
+    arr = np.load(calib / "part-0.npz")["x"]
+    arr[0, 0, 0, 0] += 10.0
+    np.savez(calib / "part-0.npz", x=arr)
+    r3 = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, bench=False)
+    st3 = r3.stage("quantize-int8")
+    assert st3.status == "ok" and st3.details["calibration"]["cache_hit"] is False
+
+
+def test_tensorrt_flavour_is_symmetric_signed(models: Path, tmp_path: Path) -> None:
+    from optcli.quantize.flavour import resolve_flavour
+
+    f = resolve_flavour("auto", "tensorrt", is_encoder=True)
+    assert f.name == "qdq-s8s8" and f.activation_signed and f.activation_symmetric
+    with pytest.raises(UsageError):
+        resolve_flavour("dynamic", "tensorrt", is_encoder=True)
+    assert resolve_flavour("auto", "cpu", is_encoder=True).name == "dynamic"
+    assert resolve_flavour("auto", "cpu", is_encoder=False).name == "qdq-u8s8"
+
+
+def test_calibration_methods_give_different_ranges(models: Path, tmp_path: Path) -> None:
+    """ORT's quantize_static drops the bin count, so its entropy ranges equal minmax; ours must differ."""
+    import torch
+
+    from optcli.calibration.dataset import load_samples
+    from optcli.onnx_model import io_specs, load_onnx
+    from optcli.quantize.calibrate import compute_ranges, range_summary
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (torch.randn(2, 32),), str(onnx_path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "b"}})
+    d = tmp_path / "c"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 32)).astype(np.float32)  # 16k values: one outlier is < 0.01%
+    x[0, 0] = 40.0  # one outlier: minmax follows it, histogram methods clip it
+    np.savez(d / "a.npz", x=x)
+    specs, _ = io_specs(load_onnx(onnx_path))
+    samples = load_samples(d, specs)
+    summaries = {}
+    for method in ("minmax", "entropy", "percentile"):
+        path, _ = compute_ranges(onnx_path, "sha", samples, method, False, ("MatMul", "Gemm"), tmp_path / "cache")
+        summaries[method] = range_summary(path)
+    assert summaries["minmax"]["x"] == pytest.approx(40.0, rel=1e-3)
+    assert summaries["entropy"]["x"] < summaries["minmax"]["x"] * 0.9
+    assert summaries["percentile"]["x"] < summaries["minmax"]["x"] * 0.9
+    assert summaries["entropy"] != summaries["percentile"]
+
+
+def test_fp16_keeps_fp32_io_and_passes_gate(models: Path, tmp_path: Path) -> None:
+    import onnx
+
+    r = api.compile(f"{models / 'nets.py'}:cnn", out=tmp_path / "o", fp16=True, bench=False)
+    st = r.stage("quantize-fp16")
+    assert st.status == "ok" and st.accuracy["cosine_mean"] >= 0.999
+    m = onnx.load(str(tmp_path / "o" / st.artifact))
+    assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer)
+    assert r.final["precision"] == "fp16"
+
+
+def test_tight_tolerance_fails_with_exit_code_3(models: Path, tmp_path: Path) -> None:
+    calib = _npz_dir(tmp_path, "calib", "x", (16, 3, 16, 16))
+    with pytest.raises(AccuracyError, match="cosine"):
+        api.compile(f"{models / 'nets.py'}:cnn", out=tmp_path / "o", int8=True, calib=calib, fallback=False,
+                    cosine=0.9999999, bench=False)
