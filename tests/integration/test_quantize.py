@@ -159,7 +159,7 @@ def test_calibration_methods_give_different_ranges(models: Path, tmp_path: Path)
     d = tmp_path / "c"
     d.mkdir()
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((512, 32)).astype(np.float32)  # 16k values: one outlier is < 0.01%
+    x = rng.standard_normal((4096, 32)).astype(np.float32)  # 131k values: one outlier is < 0.005% per tail
     x[0, 0] = 40.0  # one outlier: minmax follows it, histogram methods clip it
     np.savez(d / "a.npz", x=x)
     specs, _ = io_specs(load_onnx(onnx_path))
