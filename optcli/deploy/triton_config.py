@@ -14,7 +14,7 @@ from typing import Any
 from optcli.deploy.pbtxt import Comment, Enum, MapEntries
 from optcli.deploy.triton_source import PLATFORM_ONNX, ServedModel
 from optcli.errors import UsageError
-from optcli.tensor_spec import TensorSpec
+from optcli.tensor_spec import TensorSpec, merge_pinned
 
 # A dynamic-batch ONNX model with no --max-batch-size gets this (Triton's own auto-complete default is 4).
 DEFAULT_ONNX_MAX_BATCH = 8
@@ -121,7 +121,8 @@ def _max_batch_size(model: ServedModel, opts: TritonOptions, notes: list[str]) -
                 raise UsageError("the engine metadata has no optimization profile, so its max batch is unknown",
                                  hint="pass --max-batch-size (at most the engine's profile max batch)")
             return limit
-        return DEFAULT_ONNX_MAX_BATCH
+        # Room for the largest preferred size, so `--dynamic-batching preferred=16,32` alone works.
+        return max([DEFAULT_ONNX_MAX_BATCH, *opts.preferred_batch_sizes])
     if requested == 0:
         return 0
     if blocker:
@@ -136,13 +137,11 @@ def _max_batch_size(model: ServedModel, opts: TritonOptions, notes: list[str]) -
     return requested
 
 
-def _warmup_dims(model: ServedModel, opts: TritonOptions, batching: bool) -> tuple[dict[str, tuple[int, ...]], str | None]:
+def _warmup_dims(model: ServedModel, opts: TritonOptions,
+                 batching: bool) -> tuple[dict[str, tuple[int, ...]], str | None]:
     """Concrete dims (without batch when batching) per input, or the reason they are unknown."""
+    merge_pinned(model.inputs, opts.inputs)  # one-line errors for unknown names, wrong rank, fixed-dim clashes
     pins = {p.name: p for p in opts.inputs}
-    unknown = [p.name for p in opts.inputs if p.name not in {s.name for s in model.inputs}]
-    if unknown:
-        raise UsageError(f"--input {unknown[0]}: the model has no input of that name",
-                         hint=f"its inputs are: {', '.join(s.name for s in model.inputs)}")
     # Sizes of named dynamic dims, learned from any pin or hint, apply to every input sharing the name.
     named: dict[str, int] = {}
     full: dict[str, list[int | None]] = {}
@@ -159,13 +158,10 @@ def _warmup_dims(model: ServedModel, opts: TritonOptions, batching: bool) -> tup
             if size is not None and not isinstance(d, int):
                 named.setdefault(str(d), size)
             sizes.append(size)
-        if pin and len(pin.shape) != len(spec.shape):
-            raise UsageError(f"--input {spec.name}: rank {len(pin.shape)} but the model's input has rank "
-                             f"{len(spec.shape)}")
         full[spec.name] = sizes
     out: dict[str, tuple[int, ...]] = {}
     for spec in model.inputs:
-        sizes = [s if s is not None else named.get(str(d)) for s, d in zip(full[spec.name], spec.shape)]
+        sizes = [s if s is not None else named.get(str(d)) for s, d in zip(full[spec.name], spec.shape, strict=True)]
         if not batching and sizes and sizes[0] is None:
             sizes[0] = 1  # batching off but dim 0 dynamic: it is still the batch, and 1 always fits
         dims = sizes[1:] if batching else sizes
@@ -196,6 +192,11 @@ def _warmup(model: ServedModel, dims: dict[str, tuple[int, ...]], platform: str,
 def _onnx_runtime(model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:
     """The ONNX Runtime backend's optimization block and parameters (see its README)."""
     level = opts.graph_level or "all"
+    disabled = model.facts.get("disabled_optimizers")
+    if disabled and opts.graph_level is None:
+        # Triton cannot switch off single optimizers; "extended" leaves out the layout ones (NCHWc).
+        level = "extended"
+        notes.append(f"graph level extended: the run disabled {', '.join(disabled)} to load this model")
     if level not in GRAPH_LEVELS:
         raise UsageError(f"unknown --graph-level {level!r}", hint=f"use one of: {', '.join(GRAPH_LEVELS)}")
     optimization: dict[str, Any] = {

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optcli import __version__
-from optcli.tensor_spec import format_shape
 
 if TYPE_CHECKING:
     from optcli.deploy.triton_config import ResolvedConfig, TritonOptions
@@ -42,7 +41,8 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
     tree = cfg.tree
     batching = cfg.max_batch_size > 0
     lines = [f"# {name}", "",
-             f"Triton Inference Server model repository entry written by optcli {__version__} (`optcli export-triton`).",
+             f"Triton Inference Server model repository entry written by optcli {__version__} "
+             "(`optcli export-triton`).",
              "",
              f"- source: {model.source}",
              f"- platform: `{model.platform}`; model file: `{version}/{model.filename}`"
@@ -93,7 +93,8 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
     start, end, step = sweep_range(options.instances, cfg.max_batch_size, cfg.preferred_batch_sizes)
     perf = [f"perf_analyzer -m {name} -x {version} -i grpc -u localhost:8001 --async",
             f"--concurrency-range {start}:{end}:{step} --percentile=95 --measurement-interval 5000"]
-    shapes = " ".join(f"--shape {shlex.quote(n + ':' + ','.join(map(str, dims)))}" for n, dims in cfg.perf_shapes.items())
+    shapes = " ".join(f"--shape {shlex.quote(n + ':' + ','.join(map(str, dims)))}"
+                      for n, dims in cfg.perf_shapes.items())
     if shapes:
         perf.append(shapes)
     perf.append(f"-f {name}-v{version}-perf.csv")
@@ -101,11 +102,12 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
               "With the server up (perf_analyzer is in the `nvcr.io/nvidia/tritonserver:<YY.MM>-py3-sdk` image; "
               "run it there with `docker run --rm --net=host ...`):", "", _cmd(perf), "",
               f"Each request carries batch 1 (`-b 1`, the default); the dynamic batcher forms the batches. "
-              f"The sweep runs concurrency {start} to {end} in steps of {step}: throughput (infer/sec) rises until "
-              f"the {options.instances} instance(s) run full batches, after which only latency grows. Choose the "
-              "concurrency at the knee for your latency budget (p95 column), then tune: more instances when the "
-              "device is idle between batches, a longer `max_queue_delay_microseconds` for fuller batches at low "
-              "load, preferred batch sizes where the backend is fastest."]
+              f"The sweep raises concurrency from {start} in steps of {step}, up to {end}: throughput "
+              f"(infer/sec) rises until the {options.instances} instance(s) run full batches, after which only "
+              "latency grows. Choose the concurrency at the knee for your latency budget (p95 column), then "
+              "tune: more instances when the device is idle between batches, a longer "
+              "`max_queue_delay_microseconds` for fuller batches at low load, preferred batch sizes where the "
+              "backend is fastest."]
     dynamic_inputs = [s.name for s in model.inputs if s.name not in cfg.perf_shapes
                       and any(not isinstance(d, int) for d in (s.shape[1:] if batching else s.shape))]
     if dynamic_inputs:

@@ -132,6 +132,9 @@ def _from_report(path: Path) -> ServedModel:
         shape = spec.get("shape") if isinstance(spec, dict) else None
         if isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape):
             model.shape_hints.setdefault(spec["name"], tuple(shape))
+    # Optimizers the run had to switch off to load the artifact (e.g. NCHWc for an fp16 graph).
+    settings = ((final.get("latency_ms") or {}).get("settings") or {})
+    model.facts["disabled_optimizers"] = list(settings.get("disabled_optimizers") or [])
     model.source = f"{path} (final artifact {final['artifact']}, {model.precision})"
     return model
 
@@ -215,5 +218,6 @@ def _from_engine(path: Path) -> ServedModel:
     precision = meta.precision or "unknown"
     return ServedModel(path=path, format="engine", platform=PLATFORM_TENSORRT, filename="model.plan",
                        inputs=meta.inputs, outputs=meta.outputs, precision=precision, default_kind="gpu",
-                       default_name=_default_name(path), source=f"{path} (TensorRT {meta.tensorrt_version or 'version unknown'}, "
-                       f"{precision})", profiles=meta.profiles, shape_hints=hints, facts=facts)
+                       default_name=_default_name(path),
+                       source=f"{path} (TensorRT {meta.tensorrt_version or 'version unknown'}, {precision})",
+                       profiles=meta.profiles, shape_hints=hints, facts=facts)

@@ -234,3 +234,18 @@ def test_renderer_output_is_plain_text_format():
     assert cfg.HasField("dynamic_batching") and cfg.parameters["k"].string_value == "v"
     assert quote('a"b') == '"a\\"b"'
     assert json.loads(json.dumps(text))  # renders to a plain str
+
+
+def test_onnx_default_batch_makes_room_for_preferred_sizes(tmp_path):
+    cfg, _ = config_for(conv_onnx(tmp_path / "conv.onnx"), preferred_batch_sizes=[16, 32])
+    assert cfg.max_batch_size == 32 and list(cfg.dynamic_batching.preferred_batch_size) == [16, 32]
+
+
+def test_input_pins_are_checked_against_the_model(tmp_path):
+    path = token_onnx(tmp_path / "tok.onnx")
+    with pytest.raises(UsageError, match="no input of that name"):
+        config_for(path, inputs=[parse_input_spec("ids:1x12")])
+    with pytest.raises(UsageError, match="rank 3"):
+        config_for(path, inputs=[parse_input_spec("input_ids:1x12x3")])
+    with pytest.raises(UsageError, match="dim 1 is 5 but the model fixes it at 3"):
+        config_for(conv_onnx(tmp_path / "conv.onnx"), inputs=[parse_input_spec("x:1x5x8x8")])

@@ -1,6 +1,7 @@
 """The repository layout: versions, --force, names, path safety, atomic writes, README, report input."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -195,3 +196,19 @@ def test_unsupported_inputs_are_refused(tmp_path):
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\x01garbage")
     with pytest.raises(UsageError, match="not a valid ONNX"):
         export_triton(tmp_path / "garbage.onnx", tmp_path / "models")
+
+
+def test_report_with_disabled_optimizers_serves_at_extended_level(tmp_path, conv):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(conv, run / "model.onnx")
+    report = write_report(run, "model.onnx", precision="fp16")
+    data = json.loads(report.read_text())
+    settings = {"graph_optimization": "all", "disabled_optimizers": ["NchwcTransformer"]}
+    data["final"]["latency_ms"] = {"settings": settings}
+    report.write_text(json.dumps(data))
+    out = export_triton(report, tmp_path / "models")
+    assert parse_config(out.config_path.read_text()).optimization.graph.level == 1
+    assert any("NchwcTransformer" in n for n in out.notes)
+    out = export_triton(report, tmp_path / "models", TritonOptions(graph_level="all"))
+    assert parse_config(out.config_path.read_text()).optimization.graph.level == 0
