@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config
+from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config, run_like_triton
 
 from optcli.cli.main import main
 
@@ -98,6 +98,7 @@ def test_compile_then_triton_repo(tmp_path, capsys, monkeypatch):
     served = (tmp_path / "models/resnet/1/model.onnx").read_bytes()
     final = json.loads((tmp_path / "run/report.json").read_text())["final"]["artifact"]
     assert served == (tmp_path / "run" / final).read_bytes()      # the run's final artifact, byte for byte
+    assert run_like_triton(tmp_path / "models/resnet") == {"logits": (8, 4)}
 
 
 def test_compile_refuses_a_bad_triton_name_before_running(tmp_path, capsys, monkeypatch):

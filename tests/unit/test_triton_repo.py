@@ -10,10 +10,20 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from triton_fixtures import IR_VERSION, conv_onnx, fake_engine, parse_config, qdq_onnx, write_report
+from triton_fixtures import (
+    IR_VERSION,
+    conv_onnx,
+    fake_engine,
+    parse_config,
+    qdq_onnx,
+    run_like_triton,
+    token_onnx,
+    write_report,
+)
 
 from optcli.deploy import TritonOptions, export_triton, sanitize_model_name
 from optcli.errors import UsageError
+from optcli.tensor_spec import parse_input_spec
 
 
 def files_under(root: Path) -> set[str]:
@@ -212,3 +222,19 @@ def test_report_with_disabled_optimizers_serves_at_extended_level(tmp_path, conv
     assert any("NchwcTransformer" in n for n in out.notes)
     out = export_triton(report, tmp_path / "models", TritonOptions(graph_level="all"))
     assert parse_config(out.config_path.read_text()).optimization.graph.level == 0
+
+
+@pytest.mark.parametrize("builder, pins, expected", [
+    (conv_onnx, [], {"logits": (32, 4)}),
+    (qdq_onnx, [], {"y": (32, 8)}),
+    (token_onnx, ["input_ids:1x12"], {"pooled": (32, 8), "n": (32,)}),
+])
+def test_the_served_onnx_accepts_what_the_config_promises(tmp_path, builder, pins, expected):
+    out = export_triton(builder(tmp_path / "m.onnx"), tmp_path / "models",
+                        TritonOptions(max_batch_size=32, inputs=[parse_input_spec(p) for p in pins]))
+    assert run_like_triton(out.model_dir) == expected
+
+
+def test_batching_off_config_matches_a_static_model(tmp_path):
+    out = export_triton(conv_onnx(tmp_path / "m.onnx", batch=2), tmp_path / "models")
+    assert run_like_triton(out.model_dir) == {"logits": (2, 4)}

@@ -111,3 +111,39 @@ def write_report(run_dir: Path, artifact_rel: str, fmt: str = "onnx", target: st
     path = run_dir / "report.json"
     path.write_text(json.dumps(report), encoding="utf-8")
     return path
+
+
+_NP = {1: np.bool_, 2: np.uint8, 6: np.int8, 8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32}
+
+
+def run_like_triton(model_dir: Path, version: int = 1) -> dict[str, tuple[int, ...]]:
+    """Feed the ONNX model in a repository the tensors Triton would build from config.pbtxt (a full batch
+    of max_batch_size with the warm-up dims) and check every output against the config's dims.
+
+    The closest this machine gets to Triton loading the model: the config and the graph must agree on
+    names, dtypes, ranks and the batch dim. Returns the output shapes.
+    """
+    import onnxruntime as ort
+
+    cfg = parse_config((model_dir / "config.pbtxt").read_text())
+    batch = [cfg.max_batch_size] if cfg.max_batch_size > 0 else []
+    warm = cfg.model_warmup[-1].inputs
+    feeds = {}
+    for inp in cfg.input:
+        dims = list(warm[inp.name].dims)
+        shape = batch + ([] if inp.HasField("reshape") and not inp.reshape.shape else dims)
+        feeds[inp.name] = np.zeros(shape, dtype=_NP[inp.data_type])
+    path = model_dir / str(version) / "model.onnx"
+    path = path / "model.onnx" if path.is_dir() else path
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    results = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    shapes = {}
+    for out in cfg.output:
+        got = results[out.name]
+        assert got.dtype == _NP[out.data_type], (out.name, got.dtype)
+        expected = batch + ([] if out.HasField("reshape") and not out.reshape.shape else list(out.dims))
+        matches = len(got.shape) == len(expected) and all(
+            e in (-1, g) for e, g in zip(expected, got.shape, strict=True))
+        assert matches, (out.name, got.shape, expected)
+        shapes[out.name] = tuple(got.shape)
+    return shapes
