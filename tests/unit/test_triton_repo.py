@@ -238,3 +238,15 @@ def test_the_served_onnx_accepts_what_the_config_promises(tmp_path, builder, pin
 def test_batching_off_config_matches_a_static_model(tmp_path):
     out = export_triton(conv_onnx(tmp_path / "m.onnx", batch=2), tmp_path / "models")
     assert run_like_triton(out.model_dir) == {"logits": (2, 4)}
+
+
+def test_public_api(tmp_path, conv):
+    import optcli
+
+    out = optcli.export_triton(conv, tmp_path / "models", name="api", dynamic_batching="preferred=4,8",
+                               max_queue_delay_us=100, instances=3, intra_op_threads=2, inputs=["x:1x3x8x8"])
+    cfg = parse_config(out.config_path.read_text())
+    assert cfg.max_batch_size == 8 and list(cfg.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert cfg.instance_group[0].count == 3 and out.to_json()["version"] == 1
+    with pytest.raises(UsageError, match="needs dynamic batching"):
+        optcli.export_triton(conv, tmp_path / "models", dynamic_batching="off", max_queue_delay_us=100)
