@@ -68,3 +68,33 @@ def _error_from_report(err: dict[str, Any]) -> OptcliError:
     if not (isinstance(cls, type) and issubclass(cls, OptcliError)) or cls is errors.MissingDependencyError:
         cls = errors.StageError
     return cls(err.get("message", "the run failed"), hint=err.get("hint"))
+
+
+def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str | None = None,
+                  version: int | None = None, force: bool = False, max_batch_size: int | None = None,
+                  dynamic_batching: bool | str | None = None, preferred_batch_sizes: list[int] | None = None,
+                  max_queue_delay_us: int | None = None, preserve_ordering: bool = False, instances: int = 1,
+                  kind: str | None = None, graph_level: str | None = None, intra_op_threads: int | None = None,
+                  ort_tensorrt: bool = False, warmup: bool = True, inputs: list[str] | None = None) -> Any:
+    """Write a ready Triton model repository entry (`<repo>/<name>/config.pbtxt`, `<version>/model.*`,
+    README.md) for a run's report.json, an .onnx file or an .engine/.plan with its metadata.
+
+    `dynamic_batching` is True/False or the CLI's text (`preferred=8,16,32`); None turns it on when the
+    model batches. `inputs` are `NAME:SHAPE` pins that size warm-up and perf_analyzer shapes.
+    Returns an optcli.deploy.TritonExport; raises UsageError (exit code 2) for impossible settings.
+    """
+    from optcli.deploy import TritonOptions, parse_dynamic_batching
+    from optcli.deploy import export_triton as write_repository
+
+    if isinstance(source, RunReport):
+        source = Path(source.config["out"]) / "report.json"
+    preferred = list(preferred_batch_sizes or [])
+    if isinstance(dynamic_batching, str):
+        dynamic_batching, parsed = parse_dynamic_batching(dynamic_batching)
+        preferred = preferred or parsed
+    options = TritonOptions(max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
+                            preferred_batch_sizes=preferred, max_queue_delay_us=max_queue_delay_us,
+                            preserve_ordering=preserve_ordering, instances=instances, kind=kind,
+                            graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
+                            warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
+    return write_repository(source, repo, options, name=name, version=version, force=force)

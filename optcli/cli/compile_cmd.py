@@ -130,6 +130,9 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--no-fallback", is_flag=True, help="Do not exclude sensitive nodes automatically.")
 @click.option("--int8-flavour", type=click.Choice(["auto", "qdq", "qdq-s8s8", "qdq-u8s8", "dynamic"]),
               default="auto", show_default=True, help="Where Q/DQ sit; auto picks per target and model.")
+@click.option("--triton-repo", type=click.Path(path_type=Path),
+              help="After a successful run, write a Triton model repository entry here (as optcli export-triton).")
+@click.option("--triton-name", help="Model name for --triton-repo [the model's name].")
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
     """Compile MODEL (.onnx, .pt2, TorchScript .pt, or file.py:factory) through the pipeline:
@@ -137,9 +140,16 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
     from optcli import api
 
     config = build_config(ctx, model, params)
+    if params["triton_name"] and not params["triton_repo"]:
+        raise click.UsageError("--triton-name needs --triton-repo")
+    if params["triton_name"]:
+        from optcli.deploy import sanitize_model_name
+
+        sanitize_model_name(params["triton_name"])  # a bad name fails now, not after the whole run
     if as_json:
         report = api.compile(config, check=False)
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
+        _export_triton(report, params, err=True)
         exit_with(report.exit_code)
         return
     from rich.console import Console
@@ -161,4 +171,15 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
         click.secho(f"error: {report.error['message']}", fg="red", err=True)
         if report.error.get("hint"):
             click.echo(f"hint: {report.error['hint']}", err=True)
+    _export_triton(report, params)
     exit_with(report.exit_code)
+
+
+def _export_triton(report: Any, params: dict[str, Any], err: bool = False) -> None:
+    """--triton-repo: hand a successful run's report to export-triton, with that command's defaults."""
+    if not params["triton_repo"] or report.status != "ok":
+        return
+    from optcli import api
+    from optcli.cli.export_triton_cmd import echo_export
+
+    echo_export(api.export_triton(report, params["triton_repo"], name=params["triton_name"]), err=err)

@@ -15,6 +15,7 @@ from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_USAGE, Optcl
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.
 COMMANDS = {
     "compile": "optcli.cli.compile_cmd:compile_cmd",
+    "export-triton": "optcli.cli.export_triton_cmd:export_triton_cmd",
 }
 
 

@@ -1,0 +1,160 @@
+"""Lay out a Triton model repository entry: `<repo>/<name>/config.pbtxt`, `<repo>/<name>/<version>/<model
+file>` and a README.md with the commands to serve and measure it.
+
+Safety rules: the model name is sanitised to what works as a folder and in Triton's URLs
+(`/v2/models/<name>`); a name with a path separator, or a folder that resolves outside `--repo`
+(a symlink), is refused; an existing version is only replaced with `force`; every file and the
+version folder are written atomically, so an interrupted export never leaves a half-written model
+that Triton would try to load.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optcli import __version__
+from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
+from optcli.deploy.pbtxt import render
+from optcli.deploy.triton_config import ResolvedConfig, TritonOptions, build_config
+from optcli.deploy.triton_readme import readme_text
+from optcli.deploy.triton_source import ServedModel, resolve_source
+from optcli.errors import UsageError
+
+MAX_NAME_LENGTH = 128
+
+
+@dataclass
+class TritonExport:
+    """What export_triton wrote and decided."""
+
+    name: str
+    version: int
+    repo: Path
+    model_dir: Path
+    config_path: Path
+    model_path: Path
+    readme_path: Path
+    platform: str
+    max_batch_size: int
+    kind: str
+    instances: int
+    replaced: bool
+    config_text: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "repo": str(self.repo), "model_dir": str(self.model_dir),
+                "config": str(self.config_path), "model": str(self.model_path), "readme": str(self.readme_path),
+                "platform": self.platform, "max_batch_size": self.max_batch_size, "kind": self.kind,
+                "instances": self.instances, "replaced": self.replaced, "notes": self.notes}
+
+
+def sanitize_model_name(name: str) -> str:
+    """A Triton model name from any text: runs of other characters become one `_`, no leading or trailing
+    `._-`; a name with a path separator is refused rather than rewritten (it was meant as a path)."""
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise UsageError(f"model name {name!r} contains a path separator; it must be a plain folder name",
+                         hint="pass --name resnet50 (the repository folder comes from --repo)")
+    clean = re.sub(r"[^A-Za-z0-9_.\-]+", "_", name).strip("._-")[:MAX_NAME_LENGTH]
+    if not clean.strip("_"):
+        raise UsageError(f"model name {name!r} has no usable characters", hint="pass --name with letters or digits")
+    return clean
+
+
+def existing_versions(model_dir: Path) -> list[int]:
+    """Version folders Triton would load: numeric names not starting with 0."""
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir()
+                  if p.is_dir() and p.name.isdigit() and not p.name.startswith("0"))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _check_repo(repo: Path) -> None:
+    if repo.exists() and not repo.is_dir():
+        raise UsageError(f"--repo {repo} is a file", hint="pass a folder (created if missing)")
+    try:
+        repo.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --repo {repo}: {exc.strerror or exc}", hint="pass a folder you can write to") \
+            from None
+
+
+def _copy_model(model: ServedModel, dest: Path) -> Path:
+    """Copy the model file into a version folder; ONNX with external weights becomes a model.onnx/ folder."""
+    if model.external_data:
+        # Triton's layout for multi-file ONNX: <version>/model.onnx/model.onnx plus the weight files.
+        folder = dest / model.filename
+        folder.mkdir()
+        shutil.copy2(model.path, folder / "model.onnx")
+        for rel in model.external_data:
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(model.path.parent / rel, target)
+        return folder
+    target = dest / model.filename
+    shutil.copy2(model.path, target)
+    return target
+
+
+def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
+                  name: str | None = None, version: int | None = None, force: bool = False) -> TritonExport:
+    """Write a ready Triton model repository entry for `source` (report.json, .onnx, .engine/.plan)."""
+    options = options or TritonOptions()
+    model = resolve_source(source)
+    repo = Path(repo)
+    model_name = sanitize_model_name(name if name else model.default_name)
+    notes: list[str] = []
+    if name and model_name != name:
+        notes.append(f"model name {name!r} sanitised to {model_name!r}")
+    header = (f"Written by optcli {__version__} (optcli export-triton) from {source}.\n"
+              "Checked against Triton's ModelConfig protobuf (model_config.proto) in optcli's tests.")
+    resolved: ResolvedConfig = build_config(model, options, model_name, header=header)
+    notes += resolved.notes
+    config_text = render(resolved.tree)
+
+    _check_repo(repo)
+    model_dir = repo / model_name
+    if model_dir.is_symlink() or (model_dir.exists() and not _inside(model_dir, repo)):
+        raise UsageError(f"{model_dir} resolves outside --repo {repo}", hint="remove the link or pick another --name")
+    if model_dir.exists() and not model_dir.is_dir():
+        raise UsageError(f"{model_dir} is a file", hint="remove it or pick another --name")
+    versions = existing_versions(model_dir)
+    if version is None:
+        version = (versions[-1] + 1) if versions else 1
+    if version < 1:
+        raise UsageError(f"--version {version}: Triton versions are positive integers", hint="use --version 1 or more")
+    version_dir = model_dir / str(version)
+    replaced = version_dir.exists()
+    if replaced and not force:
+        raise UsageError(f"{version_dir} already exists", hint=f"pass --force to replace it, or --version "
+                         f"{(versions[-1] + 1) if versions else version + 1}")
+    if version_dir.is_symlink() or (replaced and not _inside(version_dir, repo)):
+        raise UsageError(f"{version_dir} resolves outside --repo {repo}", hint="remove the link first")
+    if versions and version < versions[-1]:
+        notes.append(f"version {version} is older than version {versions[-1]}: Triton serves the newest version by "
+                     "default, and config.pbtxt (shared by all versions) now describes this one")
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(model_dir)
+    with atomic_dir(version_dir) as tmp:
+        copied = _copy_model(model, tmp)
+    model_path = version_dir / copied.name
+    config_path = model_dir / "config.pbtxt"
+    write_text_atomic(config_path, config_text)
+    readme_path = model_dir / "README.md"
+    write_text_atomic(readme_path, readme_text(model, resolved, model_name, version, repo, options, notes))
+    return TritonExport(name=model_name, version=version, repo=repo, model_dir=model_dir, config_path=config_path,
+                        model_path=model_path, readme_path=readme_path, platform=model.platform,
+                        max_batch_size=resolved.max_batch_size, kind=resolved.kind, instances=options.instances,
+                        replaced=replaced, config_text=config_text, notes=notes)
