@@ -343,6 +343,7 @@ class Pipeline:
         return {"artifact": str(rel), "format": artifact.format, "precision": artifact.precision,
                 "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
                 "flavour": artifact.meta.get("flavour"),
+                "runner_options": artifact.meta.get("runner_options", {}),
                 "latency_ms": deployed.to_json() if deployed else None,
                 "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
 

@@ -83,8 +83,11 @@ class OnnxRuntimeRunner(Runner):
                                         disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UsageError(f"onnxruntime cannot load {self.path.name}: {first[:300]}",
-                             hint="check the model with `python -m onnx.checker`, or try --debug") from exc
+            hint = "check the model with `python -m onnx.checker`, or try --debug"
+            if "IR version" in first:
+                # onnx >= 1.23's make_model writes IR versions newer onnxruntime builds may refuse.
+                hint = "re-save the model with an older IR version (model.ir_version = 10), or upgrade onnxruntime"
+            raise UsageError(f"onnxruntime cannot load {self.path.name}: {first[:300]}", hint=hint) from exc
 
     def _make_handle(self) -> Any:
         return self._new_session()
