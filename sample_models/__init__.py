@@ -1,0 +1,1 @@
+"""Small sample models (a CNN and a tiny BERT) for optcli demos and tests."""
