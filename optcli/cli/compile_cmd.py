@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from optcli.cli.main import exit_with
+from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
 from optcli.config import TARGETS, CompileConfig, compile_config_from_dict, load_toml
 from optcli.tensor_spec import parse_input_spec
 
@@ -52,6 +53,7 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
         config.fuse.enabled = False
     if params["no_bench"]:
         config.bench.enabled = False
+    apply_tensorrt_options(ctx, config)
     return config
 
 
@@ -79,6 +81,7 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
 @click.option("--bench-runs", type=click.IntRange(1), default=50, show_default=True,
               help="Timed runs per latency measurement (at least).")
 @click.option("--threads", type=click.IntRange(1), help="Intra-op threads [all cores].")
+@tensorrt_options
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
     """Compile MODEL (.onnx, .pt2, TorchScript .pt, or file.py:factory) through the pipeline:
