@@ -15,6 +15,11 @@ modelled the way the documentation describes it:
   another compute capability is refused by set_timing_cache(cache, ignore_mismatch=False).
 - Runtime.deserialize_cuda_engine returns None for bytes that are not an engine of this TensorRT
   version and GPU, and for version-compatible engines unless engine_host_code_allowed is set.
+- An execution context refuses input shapes outside profile 0 (set_input_shape -> False), reports
+  output shapes for the current input shapes, and execute_async_v3 reads the inputs at the
+  addresses set with set_tensor_address and writes the outputs there (computed with onnxruntime
+  from the engine's ONNX: host pointers stand in for device pointers). While `trt.capturing` is a
+  list (a fake CUDA graph capture), enqueues are recorded into it instead of run.
 """
 from __future__ import annotations
 
@@ -22,12 +27,15 @@ import json
 import types
 from typing import Any
 
+import numpy as np
 import onnx
 
 PLAN_MAGIC = b"FAKEPLAN"
 CACHE_MAGIC = b"FAKETC"
 KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", "Softmax", "Flatten",
              "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose"}
+_NP = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
+       "BOOL": np.bool_, "UINT8": np.uint8}
 _ELEM = {1: "FLOAT", 10: "HALF", 16: "BF16", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8"}
 
 
@@ -95,6 +103,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
     trt.calls = []          # type: ignore[attr-defined]
     trt.builds = 0          # type: ignore[attr-defined]
     trt.device_cc = compute_capability  # type: ignore[attr-defined]
+    trt.capturing = None    # type: ignore[attr-defined]  # a list while a fake CUDA graph captures
 
     def record(what: str, *args: Any) -> None:
         trt.calls.append((what, args))
@@ -162,6 +171,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             self._inputs: list[ITensor] = []
             self._outputs: list[ITensor] = []
             self._nodes = 0
+            self._path = ""
 
         @property
         def num_inputs(self) -> int:
@@ -218,6 +228,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             self._network._inputs = [tensor(v) for v in m.graph.input if v.name not in inits]
             self._network._outputs = [tensor(v) for v in m.graph.output]
             self._network._nodes = len(m.graph.node)
+            self._network._path = model
             return not self._errors
 
     class IOptimizationProfile(Strict):
@@ -352,8 +363,82 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                     "version_compatible": "VERSION_COMPATIBLE" in config._flags,
                     "inputs": [[t.name, list(t.shape), t._dtype] for t in network._inputs],
                     "outputs": [[t.name, list(t.shape), t._dtype] for t in network._outputs],
-                    "profile": {k: [list(s) for s in v] for k, v in profile.items()}}
+                    "profile": {k: [list(s) for s in v] for k, v in profile.items()}, "onnx": network._path}
             return HostMemory(PLAN_MAGIC + json.dumps(plan).encode())
+
+
+    class IExecutionContext(Strict):
+        """Runs the engine's ONNX with onnxruntime on the memory at the tensor addresses (the double's
+        stand-in for GPU execution: host pointers instead of device pointers)."""
+
+        def __init__(self, engine: Any) -> None:
+            self._engine = engine
+            self._shapes = {n: tuple(s) for n, s, _, mode in engine._io if mode == TensorIOMode.INPUT}
+            self._addresses: dict[str, int] = {}
+
+        def set_input_shape(self, name: str, shape: Any) -> bool:
+            shape = tuple(shape)
+            assert all(isinstance(d, int) for d in shape), f"set_input_shape takes ints, got {shape!r}"
+            entry = self._engine._find(name)
+            assert entry[3] == TensorIOMode.INPUT, f"{name!r} is not an input"
+            profile = self._engine._plan["profile"].get(name)
+            if profile is None or len(shape) != len(entry[1]) or not all(
+                    lo <= d <= hi for lo, d, hi in zip(profile[0], shape, profile[2])):
+                return False
+            record("set_input_shape", name, shape)
+            self._shapes[name] = shape
+            return True
+
+        def _output_shapes(self) -> dict[str, tuple]:
+            import onnxruntime as ort
+
+            if any(-1 in s for s in self._shapes.values()):
+                return {n: tuple(s) for n, s, _, mode in self._engine._io if mode == TensorIOMode.OUTPUT}
+            sess = ort.InferenceSession(self._engine._plan["onnx"], providers=["CPUExecutionProvider"])
+            feeds = {n: np.zeros(s, _NP[d]) for n, s, d, mode in self._engine._io if mode == TensorIOMode.INPUT
+                     for s in [self._shapes[n]]}
+            return {o.name: tuple(v.shape) for o, v in zip(sess.get_outputs(), sess.run(None, feeds))}
+
+        def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+            entry = self._engine._find(name)
+            if entry[3] == TensorIOMode.INPUT:
+                return self._shapes[name]
+            return self._output_shapes()[name]
+
+        def set_tensor_address(self, name: str, memory: int) -> bool:
+            assert isinstance(memory, int) and memory > 0, f"set_tensor_address takes an int pointer, got {memory!r}"
+            self._engine._find(name)
+            self._addresses[name] = memory
+            return True
+
+        def execute_async_v3(self, stream_handle: int) -> bool:
+            assert isinstance(stream_handle, int), "execute_async_v3 takes the stream handle as an int"
+            missing = [n for n, *_ in self._engine._io if n not in self._addresses]
+            assert not missing, f"no address set for {missing}"
+            if trt.capturing is not None:  # inside a (fake) CUDA graph capture: recorded, not run
+                trt.capturing.append(lambda: self._compute())
+                return True
+            record("execute_async_v3", stream_handle)
+            self._compute()
+            return True
+
+        def _compute(self) -> None:
+            import ctypes
+
+            import onnxruntime as ort
+
+            def view(name: str, shape: tuple, dtype: str) -> np.ndarray:
+                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
+                raw = (ctypes.c_char * max(nbytes, 1)).from_address(self._addresses[name])
+                return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
+
+            feeds = {n: view(n, self._shapes[n], d).copy() for n, s, d, mode in self._engine._io
+                     if mode == TensorIOMode.INPUT}
+            sess = ort.InferenceSession(self._engine._plan["onnx"], providers=["CPUExecutionProvider"])
+            outs = sess.run(None, feeds)
+            for o, value in zip(sess.get_outputs(), outs):
+                dtype = self._engine._find(o.name)[2]
+                np.copyto(view(o.name, value.shape, dtype), value)
 
     class ICudaEngine(Strict):
         def __init__(self, plan: dict) -> None:
@@ -382,6 +467,9 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
 
         def get_tensor_shape(self, name: str) -> tuple[int, ...]:
             return tuple(self._find(name)[1])
+
+        def create_execution_context(self) -> IExecutionContext:
+            return IExecutionContext(self)
 
         def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple[int, ...]]:
             assert profile_index == 0 and name in self._plan["profile"], f"no profile for {name!r}"
