@@ -25,13 +25,13 @@ if not _STATUS.usable:
     pytest.skip(f"needs an NVIDIA GPU with TensorRT: {_STATUS.summary()}", allow_module_level=True)
 
 from optcli.errors import UsageError  # noqa: E402
+from optcli.onnx_model import io_specs  # noqa: E402
 from optcli.runtime.tensorrt_runner import TensorRTRunner  # noqa: E402
 from optcli.tensorrt.builder import Machine, obtain_engine  # noqa: E402
 from optcli.tensorrt.engine_cache import EngineCache  # noqa: E402
 from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE  # noqa: E402
 from optcli.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.tensorrt.profiles import build_profiles  # noqa: E402
-from optcli.onnx_model import io_specs  # noqa: E402
 
 trt = pytest.importorskip("tensorrt")
 torch = pytest.importorskip("torch")
