@@ -67,7 +67,9 @@ def _error_from_report(err: dict[str, Any]) -> OptcliError:
     cls = getattr(errors, err.get("type", ""), None)
     if not (isinstance(cls, type) and issubclass(cls, OptcliError)) or cls is errors.MissingDependencyError:
         cls = errors.StageError
-    return cls(err.get("message", "the run failed"), hint=err.get("hint"))
+    exc = cls(err.get("message", "the run failed"), hint=err.get("hint"))
+    exc.exit_code = int(err.get("exit_code", exc.exit_code))  # e.g. 4 for a missing dependency
+    return exc
 
 
 def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str | None = None,

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from optcli.cli.main import exit_with
+from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
 from optcli.config import TARGETS, CompileConfig, compile_config_from_dict, load_toml
 from optcli.errors import UsageError
 from optcli.tensor_spec import parse_input_spec
@@ -54,6 +55,7 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
     if params["no_bench"]:
         config.bench.enabled = False
     _apply_quantize_flags(ctx, config, params)
+    apply_tensorrt_options(ctx, config)
     return config
 
 
@@ -133,6 +135,7 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--triton-repo", type=click.Path(path_type=Path),
               help="After a successful run, write a Triton model repository entry here (as optcli export-triton).")
 @click.option("--triton-name", help="Model name for --triton-repo [the model's name].")
+@tensorrt_options
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
     """Compile MODEL (.onnx, .pt2, TorchScript .pt, or file.py:factory) through the pipeline:

@@ -1,0 +1,244 @@
+"""GPU benchmark: TensorRT engine build time, and FP32/FP16/INT8 engine latency against PyTorch eager.
+
+Run on a machine with an NVIDIA GPU, TensorRT and a CUDA build of torch (docs/tensorrt.md):
+
+    python benchmarks/gpu_bench.py                       # both models, batch 1 and 8
+    python benchmarks/gpu_bench.py --batch 16 --runs 500 --out docs/benchmarks/gpu.md
+
+Anywhere else it says what is missing and exits with code 4 without measuring anything.
+
+What is measured, per model (a small ResNet-style CNN at 3x224x224, a 4-layer transformer encoder
+at 128 tokens) and batch:
+- PyTorch eager FP32 and FP16 on the GPU (torch.inference_mode), device time from CUDA events;
+- TensorRT engines built from the FP32 ONNX, the FP16 ONNX (the model exported in half precision)
+  and an INT8 Q/DQ ONNX (onnxruntime quantize_static, symmetric, per channel; random calibration
+  data, so the INT8 accuracy figure says nothing about real data);
+- engine build time with a cold timing cache (the engine cache is off, so every build is real);
+- GPU latency from CUDA events around each engine enqueue (TensorRTRunner.time_gpu), and the
+  end-to-end latency of predict() with host numpy in and out (perf_counter);
+- cosine similarity of every output against eager FP32 on the same input.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from optcli.tensorrt.probe import tensorrt_status  # noqa: E402
+
+
+def refuse_unless_gpu() -> Any:
+    status = tensorrt_status()
+    if not status.usable:
+        print(f"gpu_bench: cannot run here: {status.summary()}", file=sys.stderr)
+        print("hint: run it on a machine with an NVIDIA GPU, TensorRT and a CUDA build of torch "
+              "(docs/tensorrt.md)", file=sys.stderr)
+        sys.exit(4)
+    return status
+
+
+# -- models ------------------------------------------------------------------------------------
+def make_models(torch: Any) -> dict[str, tuple[Any, tuple[int, ...]]]:
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, c: int, stride: int) -> None:
+            super().__init__()
+            out = c * stride
+            self.conv1 = nn.Conv2d(c, out, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(out)
+            self.conv2 = nn.Conv2d(out, out, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(out)
+            self.skip = nn.Sequential(nn.Conv2d(c, out, 1, stride, bias=False), nn.BatchNorm2d(out)) \
+                if stride != 1 else nn.Identity()
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+
+    class SmallResNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            self.layers = nn.Sequential(Block(64, 1), Block(64, 2), Block(128, 2), Block(256, 2))
+            self.head = nn.Linear(512, 1000)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.layers(self.stem(x)).mean((2, 3)))
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True, dropout=0.0)
+            self.encoder = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+            self.head = nn.Linear(256, 2)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.encoder(x).mean(1))
+
+    torch.manual_seed(0)
+    return {"resnet-small": (SmallResNet().eval(), (3, 224, 224)), "encoder-4x256": (Encoder().eval(), (128, 256))}
+
+
+def export_onnx(torch: Any, model: Any, sample: tuple[int, ...], path: Path, half: bool) -> Path:
+    """ONNX with a dynamic batch (example batch 2: a batch-1 example can specialise the dim)."""
+    m = model.half().cuda() if half else model.float().cuda()
+    x = torch.randn(2, *sample, device="cuda", dtype=torch.float16 if half else torch.float32)
+    try:
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        torch.onnx.export(m, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
+                          dynamic_shapes={"x": {0: batch}})
+    except Exception as exc:  # fall back to the TorchScript exporter, which takes dynamic_axes
+        print(f"  dynamo export failed ({type(exc).__name__}), using the TorchScript exporter", file=sys.stderr)
+        torch.onnx.export(m, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False, opset_version=17,
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    model.float()
+    return path
+
+
+def quantize_int8(fp32: Path, sample: tuple[int, ...], path: Path) -> Path:
+    from onnxruntime import quantization as q
+
+    rng = np.random.default_rng(0)
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([{"x": rng.standard_normal((1, *sample)).astype(np.float32)} for _ in range(32)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    # Symmetric Q/DQ (zero point 0) per channel: the form TensorRT's explicit quantization takes.
+    q.quantize_static(str(fp32), str(path), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                      extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return path
+
+
+# -- measuring ---------------------------------------------------------------------------------
+def eager_ms(torch: Any, model: Any, x: Any, runs: int, warmup: int) -> list[float]:
+    with torch.inference_mode():
+        for _ in range(warmup):
+            model(x)
+        pairs = []
+        for _ in range(runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            model(x)
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in pairs]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def build(trt: Any, onnx_path: Path, batch_max: int, machine: Any, work: Path) -> tuple[Path, float]:
+    import onnx
+
+    from optcli.onnx_model import io_specs
+    from optcli.tensorrt.builder import obtain_engine
+    from optcli.tensorrt.options import TensorRTConfig
+    from optcli.tensorrt.profiles import build_profiles
+
+    cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=work / f"{onnx_path.stem}.timing")
+    specs, _ = io_specs(onnx.load(str(onnx_path), load_external_data=False))
+    t0 = time.perf_counter()
+    got = obtain_engine(trt, onnx_path, build_profiles(specs, batch=(1, batch_max, batch_max)), cfg, machine)
+    seconds = time.perf_counter() - t0
+    engine = work / f"{onnx_path.stem}.engine"
+    engine.write_bytes(got.engine_bytes)
+    got.metadata.write(engine.with_name(engine.name + ".json"))
+    return engine, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--models", nargs="+", default=None, help="resnet-small, encoder-4x256")
+    parser.add_argument("--out", type=Path, help="also write the Markdown table here")
+    args = parser.parse_args()
+    status = refuse_unless_gpu()
+
+    import tensorrt as trt
+    import torch
+
+    from optcli.runtime.tensorrt_runner import TensorRTRunner
+    from optcli.tensorrt.builder import Machine
+
+    machine = Machine(str(trt.__version__), status.gpu, status.compute_capability)
+    rows: list[str] = []
+    models = make_models(torch)
+    with tempfile.TemporaryDirectory(prefix="optcli-gpu-bench-") as tmp:
+        work = Path(tmp)
+        for name, (model, sample) in models.items():
+            if args.models and name not in args.models:
+                continue
+            print(f"{name}: exporting and building", file=sys.stderr)
+            fp32 = export_onnx(torch, model, sample, work / f"{name}-fp32.onnx", half=False)
+            fp16 = export_onnx(torch, model, sample, work / f"{name}-fp16.onnx", half=True)
+            int8 = quantize_int8(fp32, sample, work / f"{name}-int8.onnx")
+            bmax = max(args.batch)
+            engines = {p: build(trt, path, bmax, machine, work) for p, path in
+                       (("fp32", fp32), ("fp16", fp16), ("int8", int8))}
+            for batch in args.batch:
+                x32 = np.random.default_rng(batch).standard_normal((batch, *sample)).astype(np.float32)
+                xt = torch.from_numpy(x32).cuda()
+                model.float().cuda()
+                with torch.inference_mode():
+                    ref = model(xt).float().cpu().numpy()
+                base = statistics.median(eager_ms(torch, model, xt, args.runs, args.warmup))
+                rows.append(f"| {name} | {batch} | PyTorch eager | fp32 | - | {base:.3f} | - | 1.00x | 1.0000 |")
+                model.half()
+                e16 = statistics.median(eager_ms(torch, model, xt.half(), args.runs, args.warmup))
+                with torch.inference_mode():
+                    out16 = model(xt.half()).float().cpu().numpy()
+                model.float()
+                rows.append(f"| {name} | {batch} | PyTorch eager | fp16 | - | {e16:.3f} | - | {base / e16:.2f}x | "
+                            f"{cosine(out16, ref):.4f} |")
+                for precision, (engine, build_s) in engines.items():
+                    x = x32.astype(np.float16) if precision == "fp16" else x32
+                    with TensorRTRunner(engine) as runner:
+                        gpu = statistics.median(runner.time_gpu({"x": x}, runs=args.runs, warmup=args.warmup))
+                        feeds = runner.normalize({"x": x})
+                        for _ in range(args.warmup):
+                            runner.run_normalized(feeds)
+                        e2e = []
+                        for _ in range(args.runs):
+                            t0 = time.perf_counter()
+                            out = runner.run_normalized(feeds)
+                            e2e.append((time.perf_counter() - t0) * 1000)
+                    rows.append(f"| {name} | {batch} | TensorRT | {precision} | {build_s:.1f} | {gpu:.3f} | "
+                                f"{statistics.median(e2e):.3f} | {base / gpu:.2f}x | {cosine(out[0], ref):.4f} |")
+                print(rows[-1], file=sys.stderr)
+    header = [
+        f"GPU: {status.gpu} (compute {status.compute_capability}); TensorRT {trt.__version__}; torch {torch.__version__} "
+        f"(CUDA {torch.version.cuda}); {time.strftime('%Y-%m-%d')}; runs {args.runs}, median.",
+        "",
+        "| model | batch | runtime | precision | build s (cold timing cache) | GPU ms p50 (CUDA events) | "
+        "end-to-end ms p50 (host numpy in/out) | speedup vs eager fp32 (GPU time) | cosine vs eager fp32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + rows) + "\n"
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("# GPU benchmark (benchmarks/gpu_bench.py)\n\n" + table, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

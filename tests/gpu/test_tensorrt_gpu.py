@@ -1,0 +1,211 @@
+"""Real TensorRT on a real GPU: build engines from tiny ONNX graphs, run them, compare with
+onnxruntime (CPU). Skipped with the probe's reason where no usable GPU + TensorRT exists.
+
+Written to pass unchanged on a machine with both; NOT yet run on one (see docs/tensorrt.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.tensorrt.probe import tensorrt_status
+
+pytestmark = pytest.mark.gpu
+
+_STATUS = tensorrt_status()
+if not _STATUS.usable:
+    pytest.skip(f"needs an NVIDIA GPU with TensorRT: {_STATUS.summary()}", allow_module_level=True)
+
+from optcli.errors import UsageError  # noqa: E402
+from optcli.onnx_model import io_specs  # noqa: E402
+from optcli.runtime.tensorrt_runner import TensorRTRunner  # noqa: E402
+from optcli.tensorrt.builder import Machine, obtain_engine  # noqa: E402
+from optcli.tensorrt.engine_cache import EngineCache  # noqa: E402
+from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE  # noqa: E402
+from optcli.tensorrt.options import TensorRTConfig  # noqa: E402
+from optcli.tensorrt.profiles import build_profiles  # noqa: E402
+
+trt = pytest.importorskip("tensorrt")
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+MACHINE = Machine(str(trt.__version__), _STATUS.gpu, _STATUS.compute_capability)
+
+
+def conv_net(path: Path, dtype: int = TensorProto.FLOAT, round_to_fp16: bool = False) -> Path:
+    """x[N,3,16,16] -> Conv 3x3 -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> y[N,10]."""
+    rng = np.random.default_rng(0)
+    np_dtype = np.float16 if dtype == TensorProto.FLOAT16 else np.float32
+    weights = {"W": rng.standard_normal((8, 3, 3, 3)) * 0.3, "B": rng.standard_normal(8) * 0.1,
+               "W2": rng.standard_normal((10, 8)) * 0.3, "B2": rng.standard_normal(10) * 0.1}
+    if round_to_fp16:  # the FP32 reference for the FP16 graph uses the same (rounded) weights
+        weights = {k: v.astype(np.float16).astype(np.float32) for k, v in weights.items()}
+    inits = [numpy_helper.from_array(v.astype(np_dtype), k) for k, v in weights.items()]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "W2", "B2"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", dtype, ["batch", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", dtype, ["batch", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def ort_run(path: Path, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def build(tmp_path: Path, model: Path, batch=(1, 4, 32), **options) -> Path:
+    cfg = TensorRTConfig(engine_cache=tmp_path / "engines", timing_cache=tmp_path / "timing.cache", **options)
+    specs, _ = io_specs(onnx.load(str(model), load_external_data=False))
+    got = obtain_engine(trt, model, build_profiles(specs, batch=batch), cfg, MACHINE)
+    out = tmp_path / f"{model.stem}.engine"
+    out.write_bytes(got.engine_bytes)
+    got.metadata.write(out.with_name(out.name + ".json"))
+    return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_fp32_engine_matches_onnxruntime_at_several_batches(tmp_path):
+    model = conv_net(tmp_path / "net.onnx")
+    engine = build(tmp_path, model)
+    meta = json.loads(Path(str(engine) + ".json").read_text())
+    assert meta["inputs"][0]["shape"] == [-1, 3, 16, 16] and meta["gpu"] == MACHINE.gpu
+    with TensorRTRunner(engine, threads=4) as runner:   # threads is accepted and ignored
+        for batch in (1, 4, 7, 32):
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+            y = runner.predict({"x": x})["y"]
+            ref = ort_run(model, x)
+            assert y.shape == (batch, 10) and y.dtype == np.float32
+            # TF32 may be on for FP32 convolutions: allow its rounding.
+            np.testing.assert_allclose(y, ref, rtol=1e-2, atol=1e-2)
+
+
+def test_batch_outside_the_profile_is_a_usage_error(tmp_path):
+    engine = build(tmp_path, conv_net(tmp_path / "net.onnx"), batch=(1, 2, 4))
+    with TensorRTRunner(engine) as runner:
+        runner.predict({"x": np.zeros((4, 3, 16, 16), np.float32)})
+        with pytest.raises(UsageError, match="outside the engine's profile"):
+            runner.predict({"x": np.zeros((5, 3, 16, 16), np.float32)})
+
+
+def test_fp16_onnx_builds_an_fp16_engine(tmp_path):
+    model16 = conv_net(tmp_path / "net16.onnx", dtype=TensorProto.FLOAT16)
+    ref32 = conv_net(tmp_path / "ref32.onnx", round_to_fp16=True)
+    engine = build(tmp_path, model16)
+    meta = json.loads(Path(str(engine) + ".json").read_text())
+    assert meta["inputs"][0]["dtype"] == "float16" and meta["outputs"][0]["dtype"] == "float16"
+    x = np.random.default_rng(1).standard_normal((4, 3, 16, 16)).astype(np.float16)
+    with TensorRTRunner(engine) as runner:
+        y = runner.predict({"x": x})["y"]
+    ref = ort_run(ref32, x.astype(np.float32))
+    assert y.dtype == np.float16 and cosine(y, ref) > 0.999
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=5e-2, atol=5e-2)
+
+
+def test_int8_qdq_onnx_builds_and_stays_close(tmp_path):
+    quant = pytest.importorskip("onnxruntime.quantization")
+    model = conv_net(tmp_path / "net.onnx")
+    rng = np.random.default_rng(2)
+
+    class Reader(quant.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(16)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    qdq = tmp_path / "net_int8.onnx"
+    quant.quantize_static(str(model), str(qdq), Reader(), quant_format=quant.QuantFormat.QDQ, per_channel=True,
+                          activation_type=quant.QuantType.QInt8, weight_type=quant.QuantType.QInt8,
+                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    engine = build(tmp_path, qdq)
+    x = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    with TensorRTRunner(engine) as runner:
+        y = runner.predict({"x": x})["y"]
+    assert cosine(y, ort_run(model, x)) > 0.98
+
+
+def test_outputs_can_stay_on_the_gpu_and_inputs_can_come_from_it(tmp_path):
+    engine = build(tmp_path, conv_net(tmp_path / "net.onnx"))
+    x = np.random.default_rng(3).standard_normal((4, 3, 16, 16)).astype(np.float32)
+    with TensorRTRunner(engine) as host_runner, TensorRTRunner(engine, outputs="torch") as gpu_runner:
+        on_host = host_runner.predict({"x": x})["y"]
+        y = gpu_runner.predict({"x": torch.from_numpy(x).cuda()})["y"]
+        assert isinstance(y, torch.Tensor) and y.is_cuda
+        np.testing.assert_allclose(y.cpu().numpy(), on_host, rtol=1e-5, atol=1e-5)
+        y2 = gpu_runner.predict({"x": x * 2})["y"]   # a second call must not overwrite the first result
+        assert not torch.equal(y, y2)
+
+
+def test_cuda_graph_replay_matches_plain_execution(tmp_path):
+    engine = build(tmp_path, conv_net(tmp_path / "net.onnx"), batch=(4, 4, 4))
+    rng = np.random.default_rng(4)
+    with TensorRTRunner(engine) as plain, TensorRTRunner(engine, cuda_graph=True) as graphed:
+        for _ in range(3):
+            x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+            np.testing.assert_allclose(graphed.predict({"x": x})["y"], plain.predict({"x": x})["y"], rtol=1e-5, atol=1e-5)
+        assert graphed.settings["cuda_graph"] or graphed.settings["cuda_graph_note"]
+
+
+def test_gpu_timing_with_cuda_events(tmp_path):
+    engine = build(tmp_path, conv_net(tmp_path / "net.onnx"))
+    with TensorRTRunner(engine) as runner:
+        times = runner.time_gpu({"x": np.zeros((8, 3, 16, 16), np.float32)}, runs=20, warmup=3)
+    assert len(times) == 20 and all(t > 0 for t in times)
+
+
+def test_engine_cache_hit_then_corrupt_entry_rebuilt(tmp_path):
+    import hashlib
+
+    model = conv_net(tmp_path / "net.onnx")
+    cfg = TensorRTConfig(engine_cache=tmp_path / "engines", timing_cache=tmp_path / "t.cache")
+    specs, _ = io_specs(onnx.load(str(model)))
+    profiles = build_profiles(specs, batch=(1, 4, 8))
+    first = obtain_engine(trt, model, profiles, cfg, MACHINE)
+    second = obtain_engine(trt, model, profiles, cfg, MACHINE)
+    assert (first.cache["status"], second.cache["status"]) == ("miss", "hit")
+    entry = EngineCache(cfg.engine_cache_dir()).entry(first.cache["key"])
+    garbage = b"\x00" * 64
+    (entry / ENGINE_FILE).write_bytes(garbage)
+    meta = json.loads((entry / METADATA_FILE).read_text())
+    meta["engine_sha256"] = hashlib.sha256(garbage).hexdigest()
+    (entry / METADATA_FILE).write_text(json.dumps(meta))
+    third = obtain_engine(trt, model, profiles, cfg, MACHINE)
+    assert third.cache["status"] == "corrupt" and "cannot deserialize" in third.cache["reason"]
+    with TensorRTRunner(entry) as runner:  # the rebuilt entry loads through the cache folder
+        assert runner.predict({"x": np.zeros((2, 3, 16, 16), np.float32)})["y"].shape == (2, 10)
+
+
+def test_optcli_compile_target_tensorrt_end_to_end(tmp_path):
+    model = conv_net(tmp_path / "net.onnx")
+    env = {**os.environ, "OPTCLI_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-c", "from optcli.cli.main import main; main()", "compile", str(model), "--target", "tensorrt", "--out",
+           str(tmp_path / "out"), "--bench-runs", "5", "--batch", "1/4/16", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    stage = next(s for s in report["stages"] if s["name"] == "build_tensorrt")
+    assert stage["status"] == "ok", stage
+    assert stage["accuracy"]["cosine_min"] > 0.999
+    assert stage["latency_ms"]["after"]["runtime"] == "tensorrt"
+    assert report["final"]["format"] == "engine" and report["final"]["artifact"].endswith("model.engine")
+    assert (tmp_path / "out" / report["final"]["artifact"]).with_name("model.engine.json").is_file()
+    again = subprocess.run(cmd[:-1] + ["--force", "--json"], capture_output=True, text=True, env=env, timeout=600)
+    stage = next(s for s in json.loads(again.stdout)["stages"] if s["name"] == "build_tensorrt")
+    assert stage["details"]["engine_cache"]["status"] == "forced"
