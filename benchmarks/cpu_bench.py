@@ -85,7 +85,7 @@ def bench_model(name: str, model: str, calib: str, evald: str | None, out: Path,
         precision = k.split()[-1]
         if k.startswith("optcli"):
             rep = setup["reports"][precision]
-            st = rep.stages[-1]
+            st = rep.stage(f"quantize-{precision}") or rep.stage("fuse")
             acc = {"cosine_mean": st.accuracy.get("cosine_mean") if st.accuracy else None,
                    "top1": st.accuracy.get("top1_accuracy") if st.accuracy else None,
                    "flavour": rep.final.get("flavour") if rep.final else None}
