@@ -164,11 +164,17 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
                          hint="is it truncated, or saved by a much newer torch?") from None
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     args, kwargs = ep.example_inputs or ((), {})
-    example_values = list(args) + list((kwargs or {}).values())
+    kwargs = kwargs or {}
+    example_values = list(args) + list(kwargs.values())
+    module = ep.module()
+    if kwargs:
+        # Programs exported with keyword inputs (the transformers style) must be called by keyword;
+        # everything else in optcli calls models positionally in input order.
+        module = _keyword_adapter(torch, module, positional=len(args), keywords=list(kwargs))
     if not example_values:
         if not pinned:
             raise UsageError(f"{source.path} carries no example inputs", hint=_INPUTS_HINT)
-        return TorchModel(ep.module(), [with_default_dtype(p) for p in pinned], exported_program=ep)
+        return TorchModel(module, [with_default_dtype(p) for p in pinned], exported_program=ep)
     specs, example, int_high = [], {}, {}
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for name, value in zip(names, example_values):
@@ -183,7 +189,21 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
         if not value.dtype.is_floating_point and value.numel():
             int_high[name] = int(value.max()) + 1
     specs = merge_pinned(specs, pinned) if pinned else specs
-    return TorchModel(ep.module(), specs, example=example, exported_program=ep, int_high=int_high)
+    return TorchModel(module, specs, example=example, exported_program=ep, int_high=int_high)
+
+
+def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str]) -> Any:
+    """Wrap `module` so module(*inputs) calls it with the last inputs as keywords."""
+
+    class KeywordAdapter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(*inputs[:positional], **dict(zip(keywords, inputs[positional:])))
+
+    return KeywordAdapter()  # no .eval(): an exported module refuses train()/eval() calls
 
 
 def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
