@@ -92,6 +92,8 @@ class ExportStage(Stage):
                 elif not has_symbolic_batch(model):
                     attempts.append({"exporter": exporter, "error": "batch dim was specialised to a fixed size"})
                     continue
+                else:
+                    _name_batch_dim(model)
                 external = save_onnx(model, out)
                 verify = self._verify(out, torch, static=cfg.static_batch)
             except StageError as exc:
@@ -177,3 +179,16 @@ def _pin_batch(model: Any, batch: int) -> None:
         if dims:
             dims[0].ClearField("dim_param")
             dims[0].dim_value = batch
+
+
+def _name_batch_dim(model: Any) -> None:
+    """Call the inputs' shared symbolic dim 0 `batch` everywhere (torch names it s77 or similar)."""
+    symbols = {vi.type.tensor_type.shape.dim[0].dim_param for vi in model.graph.input
+               if vi.type.tensor_type.shape.dim and vi.type.tensor_type.shape.dim[0].dim_param}
+    if len(symbols) != 1 or symbols == {"batch"}:
+        return  # several independent batch symbols: renaming would merge them
+    old = symbols.pop()
+    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param == old:
+                d.dim_param = "batch"
