@@ -34,7 +34,7 @@ def plot_profile(result: ProfileResult, path: Path, top: int = 15) -> None:
         ax.barh(range(len(layers)), [x.share * 100 for x in layers], color="#4878a8")
         ax.set_yticks(range(len(layers)), labels, fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("share of kernel time (%)")
+        ax.set_xlabel("share of kernel time per run (%, medians)")
         ax.set_title(f"{Path(result.artifact['path']).name}: top {len(layers)} of {len(result.layers)} "
                      f"({result.runtime}, {result.runs} runs)", fontsize=10)
         fig.tight_layout()

@@ -45,13 +45,25 @@ def int_bounds(runner: Runner) -> dict[str, int]:
     return known
 
 
+def batch_free_pins(pins: list[str], specs: list[TensorSpec] | None = None) -> list[TensorSpec]:
+    """`--input NAME:SHAPE` pins whose dim 0 is the model's own (dynamic "batch" when unknown): in
+    bench and profile the batch comes from --batch, a pin only sizes the other dims."""
+    own = {s.name: s for s in specs or []}
+    out = []
+    for text in pins:
+        p = parse_input_spec(text)
+        first = own[p.name].shape[0] if p.name in own and own[p.name].shape else "batch"
+        out.append(TensorSpec(p.name, (first,) + tuple(p.shape[1:]) if p.shape else p.shape, p.dtype, p.profile))
+    return out
+
+
 class FeedSource:
     """Makes one batch of inputs at any batch size, from random data or a folder of real samples.
     `pins` (`--input NAME:SHAPE`) give sizes to dynamic dims other than the batch."""
 
     def __init__(self, specs: list[TensorSpec], inputs_dir: str | Path | None = None,
                  pins: list[str] | None = None, int_high: dict[str, int] | None = None, seed: int = 0) -> None:
-        self.specs = merge_pinned(list(specs), [parse_input_spec(p) for p in pins]) if pins else list(specs)
+        self.specs = merge_pinned(list(specs), batch_free_pins(pins, list(specs))) if pins else list(specs)
         self.seed = seed
         self.high = dict(int_high or {})
         self.samples: dict[str, np.ndarray] | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
-from optcli.benchmark.feeds import FeedSource, check_batch
+from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
 from optcli.environment import environment
 from optcli.errors import UsageError
 from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_concurrent
@@ -162,8 +162,10 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
     points: list[SweepPoint] = []
     runtime, inputs_json = "?", {}
     for conc in sorted(set(settings.concurrency)):
-        runner = open_artifact(resolved, concurrency=conc, threads=settings.threads, device=settings.device,
-                               **settings.runner_options)
+        extra = dict(settings.runner_options)
+        if resolved.format == "torchscript" and settings.pins:
+            extra.setdefault("inputs", batch_free_pins(settings.pins))  # TorchScript records no shapes
+        runner = open_artifact(resolved, concurrency=conc, threads=settings.threads, device=settings.device, **extra)
         try:
             runtime = runner.backend
             runner_settings = dict(getattr(runner, "settings", {}) or {})  # per point: threads vary

@@ -35,7 +35,8 @@ class _Progress:
         if event == "variant_start":
             self.console.print(f"[{data['index']}/{data['total']}] building {data['name']} ...")
         elif event == "variant_end":
-            status = "[green]ok[/]" if data["ok"] else f"[red]failed[/]: {data['error']}"
+            status = {"ok": "[green]ok[/]", "gate-failed": f"[yellow]built, but its accuracy gate failed[/]: {data['error']}"}.get(
+                data["status"], f"[red]failed[/]: {data['error']}")
             self.console.print(f"      {data['name']}: {status} ({data['seconds']:.1f}s)")
         elif event == "phase":
             self.console.print(data["text"] + " ...")

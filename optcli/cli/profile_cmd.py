@@ -14,14 +14,15 @@ def _tables(result: Any, top: int) -> list[Any]:
     layers = result.top(top)
     t = Table(title=f"optcli profile: {Path(result.artifact['path']).name} ({result.runtime}, "
                     f"{result.runs} runs, batch {result.settings.get('batch')})", title_justify="left")
-    for col in ("#", "layer", "op type", "ONNX node(s)", "ms/run", "share", "cumulative"):
-        t.add_column(col, justify="right" if col in ("#", "ms/run", "share", "cumulative") else "left",
-                     overflow="fold")
+    numbers = ("#", "median ms", "mean ms", "share", "cumulative")
+    for col in ("#", "layer", "op type", "ONNX node(s)", *numbers[1:]):
+        t.add_column(col, justify="right" if col in numbers else "left", overflow="fold")
     cumulative = 0.0
     for i, x in enumerate(layers, 1):
         cumulative += x.share
         nodes = ", ".join(x.nodes) if x.nodes else f"[dim]({x.note})[/]"
-        t.add_row(str(i), x.name, x.op_type, nodes, f"{x.per_run_ms(result.runs):.4f}", f"{x.share:.1%}",
+        median = f"{x.median_ms:.4f}" if x.median_ms is not None else "-"
+        t.add_row(str(i), x.name, x.op_type, nodes, median, f"{x.per_run_ms(result.runs):.4f}", f"{x.share:.1%}",
                   f"{cumulative:.1%}")
     ops = Table(title="by op type", title_justify="left")
     for col in ("op type", "layers", "ms/run", "share"):
@@ -70,7 +71,8 @@ def profile_cmd(artifact: str, top: int, as_json: bool, plot: Path | None, pins:
     for table in _tables(result, top):
         console.print(table)
     run = f"{result.run_ms:.4f} ms per run as onnxruntime timed it; " if result.run_ms else ""
-    console.print(f"{run}kernels {result.kernel_ms_per_run:.4f} ms ({len(result.layers)} layers)")
+    console.print(f"{run}kernels {result.kernel_ms_per_run:.4f} ms (sum of medians, {len(result.layers)} layers); "
+                  "shares are of the median time per run, so a stall in one run does not move them")
     if plot is not None:
         console.print(f"plot: {plot}")
     for w in result.warnings:

@@ -113,20 +113,28 @@ def apply_variant(config: CompileConfig, variant: Variant) -> None:
                              hint="use precision, or section.field with a section of: " + ", ".join(_SECTIONS))
 
 
-def seed_cache(done: Path, target: Path) -> None:
-    """Link another variant's finished stage folders into `target` (the pipeline validates them)."""
+def stage_folders(config: CompileConfig) -> list[str]:
+    """The stage folder names the pipeline will use for this config (`02-simplify`, ...)."""
+    from optcli.stages import all_stages
+
+    return [f"{i:02d}-{cls.name}" for i, cls in enumerate((c for c in all_stages() if c.enabled(config)), 1)]
+
+
+def seed_cache(done: Path, target: Path, wanted: list[str]) -> None:
+    """Link another variant's finished stage folders named in `wanted` into `target` (the pipeline
+    validates them before reuse)."""
     if not done.is_dir():
         return
     target.mkdir(parents=True, exist_ok=True)
-    for stage_dir in sorted(done.iterdir()):
-        dst = target / stage_dir.name
-        if not (stage_dir / "stage.json").is_file() or dst.exists():
+    for name in wanted:
+        src, dst = done / name, target / name
+        if not (src / "stage.json").is_file() or dst.exists():
             continue
         try:
-            shutil.copytree(stage_dir, dst, copy_function=os.link)
+            shutil.copytree(src, dst, copy_function=os.link)
         except OSError:  # another file system: copy instead
             shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(stage_dir, dst)
+            shutil.copytree(src, dst)
 
 
 @dataclass
@@ -171,7 +179,7 @@ def build_variant(config: CompileConfig, variant: Variant, seed_from: Path | Non
 
     out = config.out_dir()
     if seed_from is not None and not config.force:
-        seed_cache(seed_from, out)
+        seed_cache(seed_from, out, stage_folders(config))
     t0 = time.perf_counter()
     build = VariantBuild(variant, out)
     try:

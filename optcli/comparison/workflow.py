@@ -37,14 +37,11 @@ def _accuracy_of(stage: Any) -> dict[str, Any]:
     return {k: stage.accuracy[k] for k in _ACC_KEYS if k in stage.accuracy}
 
 
-def _final_accuracy(build: VariantBuild) -> tuple[dict[str, Any] | None, str | None]:
-    """The accuracy the stage that made the final artifact recorded."""
+def _final_stage(build: VariantBuild) -> Any:
+    """The stage record that made the final artifact (None when no stage changed the model)."""
     report = build.report
     final = report.final["artifact"]
-    for stage in reversed(report.stages):
-        if stage.status in ("ok", "cached") and stage.artifact == final and stage.accuracy:
-            return _accuracy_of(stage), f"{stage.name} stage"
-    return None, None
+    return next((s for s in reversed(report.stages) if s.status in ("ok", "cached") and s.artifact == final), None)
 
 
 def _gate_failure(build: VariantBuild) -> Any:
@@ -92,7 +89,12 @@ def _variant_result(build: VariantBuild) -> VariantResult:
         res.notes.append(f"the {gated.name} stage's accuracy gate failed: {(build.error or {}).get('message')}")
     else:
         res.artifact = str(Path(build.out) / build.report.final["artifact"])
-        res.accuracy, res.accuracy_source = _final_accuracy(build)
+        stage = _final_stage(build)
+        if stage is not None and stage.accuracy:
+            res.accuracy, res.accuracy_source = _accuracy_of(stage), f"{stage.name} stage"
+        if stage is not None and stage.details.get("quantized_nodes") == 0:
+            res.notes.append(f"the {stage.name} stage kept every node in float to meet the tolerance: "
+                             "nothing is quantized")
     resolved = resolve_artifact(res.artifact)
     res.precision = resolved.precision
     res.size_bytes = resolved.to_json()["size_bytes"]
@@ -134,7 +136,8 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
         if build.ok and seed_from is None:
             seed_from = build.out
         builds.append(build)
-        emit("variant_end", {"name": v.name, "ok": build.ok, "seconds": build.wall_seconds,
+        status = "ok" if build.ok else ("gate-failed" if _gate_failure(build) is not None else "failed")
+        emit("variant_end", {"name": v.name, "status": status, "seconds": build.wall_seconds,
                              "error": (build.error or {}).get("message")})
     results = [_variant_result(b) for b in builds]
     artifacts = {r.name: resolve_artifact(r.artifact) for r in results if r.artifact is not None}

@@ -10,7 +10,9 @@ layout-reorder kernels of its own; both are mapped back here.
 """
 from __future__ import annotations
 
+import bisect
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,24 +63,29 @@ class GraphIndex:
 
 
 def parse_trace(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, dict[str, Any]], int, float | None]:
-    """Kernel times summed per kernel over the runs after the first `warmup`.
-    Returns ({kernel: {op_type, provider, total_us, calls}}, timed runs, mean run µs)."""
+    """Kernel times per kernel over the runs after the first `warmup`: the sum, and the median of
+    its per-run time (a stall from another process lands in one run and barely moves the median).
+    Returns ({kernel: {op_type, provider, total_us, median_us, calls}}, timed runs, mean run µs)."""
     runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
                   key=lambda e: e["ts"])
     timed = runs[warmup:]
     if not timed:
         return {}, 0, None
-    start = timed[0]["ts"]
+    starts = [r["ts"] for r in timed]
     per_kernel: dict[str, dict[str, Any]] = {}
     for e in events:
         name = e.get("name", "")
-        if e.get("cat") != "Node" or not name.endswith(KERNEL_SUFFIX) or e.get("ts", -1) < start:
+        if e.get("cat") != "Node" or not name.endswith(KERNEL_SUFFIX) or e.get("ts", -1) < starts[0]:
             continue
         args = e.get("args", {})
         k = per_kernel.setdefault(name[: -len(KERNEL_SUFFIX)], {
-            "op_type": args.get("op_name", "?"), "provider": args.get("provider"), "total_us": 0.0, "calls": 0})
+            "op_type": args.get("op_name", "?"), "provider": args.get("provider"), "total_us": 0.0, "calls": 0,
+            "per_run": [0.0] * len(timed)})
         k["total_us"] += float(e.get("dur", 0))
         k["calls"] += 1
+        k["per_run"][bisect.bisect_right(starts, e["ts"]) - 1] += float(e.get("dur", 0))
+    for k in per_kernel.values():
+        k["median_us"] = float(statistics.median(k.pop("per_run")))
     mean_run = sum(float(r.get("dur", 0)) for r in timed) / len(timed)
     return per_kernel, len(timed), mean_run
 
@@ -113,8 +120,8 @@ def profile_onnx(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 100,
     for name, k in per_kernel.items():
         nodes, note = index.origin(name, k["op_type"])
         layers.append(LayerTime(name, k["op_type"], nodes, k["total_us"] / 1000.0, k["calls"],
-                                provider=k["provider"], note=note))
+                                median_ms=k["median_us"] / 1000.0, provider=k["provider"], note=note))
     settings.update({"batch": batch, "warmup": warmup, "inputs": source.description})
     return ProfileResult(artifact=resolved.to_json(), runtime=backend, settings=settings, runs=timed,
-                         layers=finish(layers), run_ms=mean_run_us / 1000.0 if mean_run_us else None,
+                         layers=finish(layers, timed), run_ms=mean_run_us / 1000.0 if mean_run_us else None,
                          warnings=warnings)

@@ -17,16 +17,23 @@ class LayerTime:
     nodes: list[str]           # the ONNX node(s) it comes from; empty when the backend added it
     total_ms: float            # over all timed runs
     calls: int
-    share: float = 0.0         # of the summed kernel time
+    median_ms: float | None = None   # median time per run; None where the backend gives no runs apart
+    share: float = 0.0         # of the time per run of all layers (medians where known, else means)
     provider: str | None = None
     note: str | None = None    # e.g. "layout change added by onnxruntime"
 
     def per_run_ms(self, runs: int) -> float:
+        """Mean time per run."""
         return self.total_ms / runs if runs else 0.0
+
+    def typical_ms(self, runs: int) -> float:
+        """What the share is of: the median per run where known, else the mean."""
+        return self.median_ms if self.median_ms is not None else self.per_run_ms(runs)
 
     def to_json(self, runs: int) -> dict[str, Any]:
         d = asdict(self)
         d["total_ms"] = round(self.total_ms, 4)
+        d["median_ms"] = round(self.median_ms, 5) if self.median_ms is not None else None
         d["share"] = round(self.share, 5)
         d["per_run_ms"] = round(self.per_run_ms(runs), 5)
         return d
@@ -46,17 +53,18 @@ class ProfileResult:
 
     @property
     def kernel_ms_per_run(self) -> float:
-        return sum(x.total_ms for x in self.layers) / self.runs if self.runs else 0.0
+        """Sum over layers of their typical (median) time per run."""
+        return sum(x.typical_ms(self.runs) for x in self.layers)
 
     def by_op_type(self) -> list[dict[str, Any]]:
-        acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"total_ms": 0.0, "layers": 0, "share": 0.0})
+        acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"ms": 0.0, "layers": 0, "share": 0.0})
         for x in self.layers:
             a = acc[x.op_type]
-            a["total_ms"] += x.total_ms
+            a["ms"] += x.typical_ms(self.runs)
             a["share"] += x.share
             a["layers"] += 1
-        rows = [{"op_type": op, "per_run_ms": round(v["total_ms"] / max(self.runs, 1), 5),
-                 "share": round(v["share"], 5), "layers": v["layers"]} for op, v in acc.items()]
+        rows = [{"op_type": op, "per_run_ms": round(v["ms"], 5), "share": round(v["share"], 5),
+                 "layers": v["layers"]} for op, v in acc.items()]
         return sorted(rows, key=lambda r: -r["share"])
 
     def top(self, n: int) -> list[LayerTime]:
@@ -72,9 +80,9 @@ class ProfileResult:
                 "by_op_type": self.by_op_type(), "warnings": self.warnings}
 
 
-def finish(layers: list[LayerTime]) -> list[LayerTime]:
-    """Shares of the summed time, slowest first."""
-    total = sum(x.total_ms for x in layers)
+def finish(layers: list[LayerTime], runs: int) -> list[LayerTime]:
+    """Shares of the per-run time of all layers, slowest first."""
+    total = sum(x.typical_ms(runs) for x in layers)
     for x in layers:
-        x.share = x.total_ms / total if total > 0 else 0.0
-    return sorted(layers, key=lambda x: (-x.total_ms, x.name))
+        x.share = x.typical_ms(runs) / total if total > 0 else 0.0
+    return sorted(layers, key=lambda x: (-x.share, -x.total_ms, x.name))

@@ -10,6 +10,7 @@ nodes it came from, joined by " + " ("/conv1/Conv + /relu/Relu"); with NONE they
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,12 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
         t = profiler.times[name]
         note = "reformat added by TensorRT" if name.startswith("Reformatting") else None
         nodes = [] if note or name.isdigit() else [p.strip() for p in name.split(" + ")]
-        layers.append(LayerTime(name, types.get(name, "?"), nodes, sum(t), len(t), provider="tensorrt", note=note))
+        layers.append(LayerTime(name, types.get(name, "?"), nodes, sum(t), len(t), median_ms=statistics.median(t),
+                                provider="tensorrt", note=note))
     warnings = []
     if layers and all(x.name.isdigit() for x in layers):
         warnings.append("layer names are indices: rebuild the engine with detailed profiling verbosity "
                         "to see the ONNX node names")
     return ProfileResult(artifact=resolved.to_json(), runtime="tensorrt", settings={
         "batch": batch, "warmup": warmup, "inputs": source.description, "tensorrt": trt.__version__},
-        runs=runs, layers=finish(layers), warnings=warnings)
+        runs=runs, layers=finish(layers, runs), warnings=warnings)

@@ -41,9 +41,14 @@ def test_bench_table_marks_the_knee(mlp_onnx: Path) -> None:
     assert "p50 95% CI" in proc.stdout
 
 
-def test_bench_a_pt2_through_pytorch(cnn_pt2: Path) -> None:
+def test_bench_pytorch_files(cnn_pt2: Path) -> None:
     result = optcli.bench(cnn_pt2, batch=[1, 2], **QUICK_API)
     assert result.runtime == "torch-cpu" and len(result.points) == 2
+    proc = run_cli("bench", str(cnn_pt2.with_suffix(".ts")), "--input", "x:1x1x8x8", "--batch", "3", "--json", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["points"][0]["batch"] == 3
+    proc = run_cli("bench", str(cnn_pt2.with_suffix(".ts")), *QUICK)
+    assert proc.returncode == 2 and "does not record input shapes" in proc.stderr
 
 
 def test_bench_real_inputs_from_npz(embedding_onnx: Path, tmp_path: Path) -> None:
