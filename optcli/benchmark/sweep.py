@@ -175,7 +175,7 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
                 check_batch(feeds_source.specs, batch)
                 feeds = runner.normalize(feeds_source.batch(batch))
                 samples, wall = time_concurrent(
-                    lambda: runner.run_normalized(feeds), conc, warmup_runs=settings.warmup_runs,
+                    lambda r=runner, f=feeds: r.run_normalized(f), conc, warmup_runs=settings.warmup_runs,
                     warmup_seconds=settings.warmup_seconds, runs=settings.runs,
                     min_seconds=settings.min_seconds, max_seconds=settings.max_seconds)
                 stats = stats_from_samples(samples, batch, runner.backend, {**runner_settings, "concurrency": conc})

@@ -52,7 +52,14 @@ class TorchRunner(Runner):
     def _to_backend(self, value: Any, spec: TensorSpec) -> Any:
         torch = self.torch
         if isinstance(value, torch.Tensor):
-            return value.to(self.device)
+            want = getattr(torch, spec.dtype)
+            if value.dtype != want:  # the same rules as for numpy: widths may change, kinds may not
+                kind = (value.dtype == torch.bool, value.dtype.is_floating_point)
+                if kind != (want == torch.bool, want.is_floating_point):
+                    raise UsageError(f"input {spec.name!r} has dtype {str(value.dtype).replace('torch.', '')} "
+                                     f"but the model takes {spec.dtype}", hint=f"inputs: {self.describe_inputs()}")
+                value = value.to(want)
+            return value.to(self.device)  # a tensor already there stays put: no copy
         return torch.from_numpy(super()._to_backend(value, spec)).to(self.device)
 
     def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:

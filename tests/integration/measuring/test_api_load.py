@@ -150,3 +150,15 @@ def test_random_int_inputs_stay_inside_the_embedding_table(embedding_onnx: Path)
         assert feeds["ids"].min() >= 0 and feeds["ids"].max() < 7 and feeds["ids"].max() > 0
         assert (feeds["attention_mask"] == 1).all()
         assert m.predict(feeds)["y"].shape == (64, 3)
+
+
+def test_torch_tensors_are_checked_like_numpy(cnn_pt2: Path) -> None:
+    import torch
+
+    with optcli.load(cnn_pt2) as m:
+        x = torch.randn(2, 1, 8, 8)
+        assert m.normalize({"x": x})["x"] is x                         # right dtype, on the device: as is
+        assert m.normalize({"x": x.double()})["x"].dtype == torch.float32
+        with pytest.raises(UsageError, match="has dtype int64 but the model takes float32") as info:
+            m.predict({"x": torch.zeros(2, 1, 8, 8, dtype=torch.int64)})
+        assert "x:batchx1x8x8:float32" in info.value.hint
