@@ -25,12 +25,14 @@ def _stage_status(report: Path) -> dict[str, str]:
 def test_compare_fp32_against_no_fusion(mlp_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     proc = run_cli("compare", str(mlp_onnx), "--variants", "fp32,nofuse", "--variant", "nofuse:fuse.enabled=false",
-                   "--out", str(out), "--json", *QUICK)
+                   "--variant", "raw:simplify.enabled=false,fuse.enabled=false", "--out", str(out), "--json", *QUICK)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert [v["name"] for v in data["variants"]] == ["fp32", "nofuse"]
-    assert data["recommended"] in ("fp32", "nofuse") and data["pareto"]
-    assert data["tolerance"] == {"cosine": 0.99} and data["settings"]["order"] == ["fp32", "nofuse"]
+    assert [v["name"] for v in data["variants"]] == ["fp32", "nofuse", "raw"]
+    assert data["recommended"] in ("fp32", "nofuse", "raw") and data["pareto"]
+    assert data["tolerance"] == {"cosine": 0.99} and data["settings"]["order"] == ["fp32", "nofuse", "raw"]
+    raw = data["variants"][2]       # no stage ran: the artifact is the input model, exact by definition
+    assert Path(raw["artifact"]) == mlp_onnx and raw["accuracy_source"] == "the input model itself"
     for v in data["variants"]:
         assert v["status"] == "ok" and v["precision"] == "fp32" and v["meets_tolerance"] is True
         assert v["latency_b1"]["batch"] == 1 and v["latency_b8"]["batch"] == 8 and v["throughput_b8"] > 0
@@ -60,7 +62,7 @@ def test_compare_exits_3_when_no_variant_is_accurate_enough(mlp_onnx: Path, tmp_
     (v,) = data["variants"]
     # Its own stage gate refused it, yet it was measured: the table shows what the accuracy costs.
     assert v["status"] == "gate-failed" and v["precision"] == "int8" and v["latency_b1"] is not None
-    assert v["meets_tolerance"] is False and v["verdict"].startswith("misses: max abs error")
+    assert v["meets_tolerance"] is False and v["verdict"].startswith("misses: output 'y': max abs error")
     assert data["recommended"] is None
     with pytest.raises(AccuracyError) as info:
         optcli.compare(mlp_onnx, "int8nf", define=["int8nf:precision=int8,quantize.fallback=false"], calib=calib,
@@ -98,3 +100,19 @@ def test_compare_precisions_of_a_pytorch_model(cnn_pt2: Path, calib_dir: Path, t
 
     plot_compare(result, tmp_path / "cmp.png")
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_measured_accuracy_against_the_fp32_variant(mlp_onnx: Path, tmp_path: Path) -> None:
+    from optcli.comparison.workflow import _measured_accuracy
+
+    same = _measured_accuracy(resolve_artifact(mlp_onnx), resolve_artifact(mlp_onnx))
+    assert same["cosine_mean"] == pytest.approx(1.0) and same["max_abs_err"] == 0.0 and same["samples"] == 8
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(mlp_onnx))     # the same network with its last weights perturbed
+    w2 = model.graph.initializer[2]
+    w2.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w2) * 1.5 + 0.3, "w2"))
+    onnx.save(model, str(tmp_path / "other.onnx"))
+    other = _measured_accuracy(resolve_artifact(tmp_path / "other.onnx"), resolve_artifact(mlp_onnx))
+    assert other["max_abs_err"] > 0.1 and other["reference"] == "fp32 variant"
