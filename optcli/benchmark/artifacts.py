@@ -102,6 +102,8 @@ def resolve_artifact(path: str | Path) -> ResolvedArtifact:
     if p.is_dir():
         if (p / "report.json").is_file():
             return _from_report(p / "report.json")
+        if (p / "model.engine").is_file():  # a TensorRT engine cache entry
+            return _from_file(p / "model.engine")
         raise UsageError(f"{p} is a folder without a report.json", hint=_HINT)
     if p.stat().st_size == 0:
         raise UsageError(f"{p} is empty", hint="re-create it; the file has no bytes")
@@ -128,5 +130,11 @@ def open_artifact(resolved: ResolvedArtifact, **options: Any) -> Runner:
 
     cls = runner_for_format(resolved.format)
     merged = {**resolved.runner_options, **{k: v for k, v in options.items() if v is not None}}
+    device = merged.get("device")
+    if resolved.format == "engine" and isinstance(device, str):
+        # The TensorRT runner takes a GPU index; accept the "cuda" / "cuda:1" the other backends take.
+        if device != "cuda" and not device.startswith("cuda:"):
+            raise UsageError(f"device {device!r}: a TensorRT engine runs on a GPU", hint="use device='cuda' or 'cuda:N'")
+        merged["device"] = int(device.partition(":")[2] or 0)
     _check_options(cls, merged, resolved.format)
     return cls(resolved.path, **merged)

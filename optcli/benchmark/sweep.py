@@ -64,6 +64,7 @@ class SweepPoint:
     latency: LatencyStats
     throughput: float                    # samples/s over the wall time of the timed window
     median_ci_ms: tuple[float, float]
+    device_ms: dict[str, Any] | None = None   # GPU time per call from CUDA events, where the runner has them
 
     @property
     def key(self) -> tuple[int, int]:
@@ -72,13 +73,14 @@ class SweepPoint:
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
                 "throughput": round(self.throughput, 2),
-                "p50_ci95_ms": [round(self.median_ci_ms[0], 4), round(self.median_ci_ms[1], 4)]}
+                "p50_ci95_ms": [round(self.median_ci_ms[0], 4), round(self.median_ci_ms[1], 4)],
+                "device_ms": self.device_ms}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SweepPoint:
         lo, hi = d.get("p50_ci95_ms") or (d["latency_ms"]["p50"], d["latency_ms"]["p50"])
         return cls(int(d["batch"]), int(d["concurrency"]), LatencyStats.from_json(d["latency_ms"]),
-                   float(d["throughput"]), (float(lo), float(hi)))
+                   float(d["throughput"]), (float(lo), float(hi)), d.get("device_ms"))
 
 
 @dataclass
@@ -155,6 +157,18 @@ def _loadavg() -> float | None:
         return None
 
 
+def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) -> dict[str, Any] | None:
+    """GPU milliseconds per call from CUDA events (the TensorRT runner's time_gpu): the device work
+    alone, where perf_counter also counts host copies and launch overhead."""
+    time_gpu = getattr(runner, "time_gpu", None)
+    if time_gpu is None:
+        return None
+    samples = time_gpu(feeds, runs=max(settings.runs, 20), warmup=settings.warmup_runs)
+    stats = stats_from_samples(samples, 0, runner.backend)
+    return {"p50": round(stats.p50, 4), "p90": round(stats.p90, 4), "p99": round(stats.p99, 4),
+            "mean": round(stats.mean, 4), "runs": stats.runs, "timer": "cuda events"}
+
+
 def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResult:
     """Measure every (batch, concurrency) point of `settings` on the artifact."""
     settings.validate()
@@ -180,7 +194,8 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
                     min_seconds=settings.min_seconds, max_seconds=settings.max_seconds)
                 stats = stats_from_samples(samples, batch, runner.backend, {**runner_settings, "concurrency": conc})
                 throughput = len(samples) * batch / wall if wall > 0 else 0.0
-                points.append(SweepPoint(batch, conc, stats, throughput, median_ci(samples)))
+                points.append(SweepPoint(batch, conc, stats, throughput, median_ci(samples),
+                                         _device_time(runner, feeds, settings) if conc == 1 else None))
         finally:
             runner.close()
     points.sort(key=lambda p: p.key)

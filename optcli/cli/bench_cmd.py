@@ -30,16 +30,21 @@ def _table(result: Any) -> Any:
                 "samples/s", "CV", ""):
         table.add_column(col, justify="right" if col else "left")
     budget = result.settings.get("latency_budget_ms")
+    gpu = any(p.device_ms for p in result.points)
+    if gpu:
+        table.add_column("GPU p50 ms", justify="right")
     for p in result.points:
         s = p.latency
         mark = "<- knee" if (p.batch, p.concurrency) == (knee.get("batch"), knee.get("concurrency")) else ""
         if budget is not None and s.p99 > budget:
             mark = mark or "over budget"
         cv = f"{s.cv:.0%}"
-        table.add_row(str(p.batch), str(p.concurrency), f"{s.p50:.4f}",
-                      f"{p.median_ci_ms[0]:.4f}-{p.median_ci_ms[1]:.4f}", f"{s.p90:.4f}", f"{s.p99:.4f}",
-                      f"{s.mean:.4f}", f"{s.max:.4f}", f"{p.throughput:.1f}",
-                      f"[yellow]{cv}[/]" if s.cv > 0.10 else cv, f"[bold green]{mark}[/]" if "knee" in mark else mark)
+        row = [str(p.batch), str(p.concurrency), f"{s.p50:.4f}", f"{p.median_ci_ms[0]:.4f}-{p.median_ci_ms[1]:.4f}",
+               f"{s.p90:.4f}", f"{s.p99:.4f}", f"{s.mean:.4f}", f"{s.max:.4f}", f"{p.throughput:.1f}",
+               f"[yellow]{cv}[/]" if s.cv > 0.10 else cv, f"[bold green]{mark}[/]" if "knee" in mark else mark]
+        if gpu:
+            row.append(f"{p.device_ms['p50']:.4f}" if p.device_ms else "-")
+        table.add_row(*row)
     return table
 
 
@@ -111,7 +116,9 @@ def bench_cmd(artifact: str, batch: str, concurrency: str, as_json: bool, save_b
             where = (f"batch {result.knee['batch']}, concurrency {result.knee['concurrency']}"
                      if result.knee.get("batch") else "none")
             console.print(f"knee: {where} ({result.knee['reason']})")
-        console.print(f"inputs: {result.inputs.get('source')}; timer: perf_counter around each call")
+        timer = "perf_counter around each call" + ("; GPU p50: CUDA events around each enqueue" if any(
+            p.device_ms for p in result.points) else "")
+        console.print(f"inputs: {result.inputs.get('source')}; timer: {timer}")
         if save_baseline:
             console.print(f"baseline saved: {save_baseline}")
         if result.regression:

@@ -1,11 +1,13 @@
 """Per-layer time of a TensorRT engine with TensorRT's own layer profiler (trt.IProfiler).
 
-Written against the TensorRT 10 Python API docs (IProfiler.report_layer_time, called once per layer
-for each execute_v2; IEngineInspector for layer types) and NOT run on a GPU yet: optcli's CI machine
-has none. Buffers live in CUDA memory through torch (a CUDA build of torch is needed).
+The engine runs through optcli's TensorRT runner (its buffers, stream and shape handling); a
+profiler set on the runner's execution context receives `report_layer_time(layer, ms)` once per
+layer for each enqueue (TensorRT 10 Python API docs: IProfiler, IExecutionContext.profiler).
+Layer types come from the engine inspector. An engine built with detailed profiling verbosity names
+each fused layer after the ONNX nodes it came from, joined by " + " ("/conv1/Conv + /relu/Relu");
+with none they are bare indices.
 
-Layer names: an engine built with ProfilingVerbosity.DETAILED names each fused layer after the ONNX
-nodes it came from, joined by " + " ("/conv1/Conv + /relu/Relu"); with NONE they are bare indices.
+Written against the documentation and NOT run on a GPU: this project's machines have none.
 """
 from __future__ import annotations
 
@@ -14,12 +16,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from optcli.benchmark.artifacts import ResolvedArtifact
-from optcli.benchmark.feeds import FeedSource
-from optcli.errors import UsageError
-from optcli.optional_imports import require
+from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
+from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.profiling.result import LayerTime, ProfileResult, finish
-from optcli.tensor_spec import TensorSpec
 
 
 def _layer_types(trt: Any, engine: Any) -> dict[str, str]:
@@ -32,68 +31,49 @@ def _layer_types(trt: Any, engine: Any) -> dict[str, str]:
             info = json.loads(inspector.get_layer_information(i, trt.LayerInformationFormat.JSON))
             if isinstance(info, dict) and "Name" in info:
                 types[info["Name"]] = str(info.get("LayerType", "?"))
-    except Exception:  # the inspector is best effort: only names the op types
+    except Exception:  # the inspector is best effort: it only names the op types
         return {}
     return types
+
+
+def _layer_times_profiler(trt: Any) -> Any:
+    class LayerTimes(trt.IProfiler):
+        """Collects per-layer milliseconds for the runs after warm-up."""
+
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)
+            self.recording = False
+            self.times: dict[str, list[float]] = {}
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            if self.recording:
+                self.times.setdefault(layer_name, []).append(ms)
+
+    return LayerTimes()
 
 
 def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 100, warmup: int = 10,
                    inputs_dir: Path | None = None, pins: list[str] | None = None) -> ProfileResult:
     """Run the engine `warmup + runs` times with a layer profiler; aggregate the timed runs."""
-    trt = require("tensorrt", "profiling TensorRT engines")
-    torch = require("torch", "CUDA buffers for TensorRT profiling")
-    if not torch.cuda.is_available():
-        raise UsageError("profiling a TensorRT engine needs a CUDA GPU visible to torch",
-                         hint="run it on the GPU machine the engine was built for, with a CUDA build of torch")
-
-    class LayerTimes(trt.IProfiler):
-        def __init__(self) -> None:
-            trt.IProfiler.__init__(self)
-            self.recording = False
-            self.times: dict[str, list[float]] = {}
-            self.order: list[str] = []
-
-        def report_layer_time(self, layer_name: str, ms: float) -> None:
-            if self.recording:
-                if layer_name not in self.times:
-                    self.times[layer_name] = []
-                    self.order.append(layer_name)
-                self.times[layer_name].append(ms)
-
-    logger = trt.Logger(trt.Logger.ERROR)
-    engine = trt.Runtime(logger).deserialize_cuda_engine(resolved.path.read_bytes())
-    if engine is None:
-        raise UsageError(f"TensorRT cannot load {resolved.path.name}",
-                         hint="engines only load with the TensorRT version and GPU they were built with")
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-    is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
-    specs = [TensorSpec(n, tuple(d if d >= 0 else ("batch" if i == 0 else f"{n}_dim{i}")
-                                 for i, d in enumerate(engine.get_tensor_shape(n))),
-                        str(trt.nptype(engine.get_tensor_dtype(n))().dtype)) for n in names if is_input[n]]
-    source = FeedSource(specs, inputs_dir, pins)
-    feeds = source.batch(batch)
-    context = engine.create_execution_context()
-    profiler = LayerTimes()
-    context.profiler = profiler
-    buffers: dict[str, Any] = {}
-    for n in names:
-        if is_input[n]:
-            buffers[n] = torch.from_numpy(feeds[n]).cuda()
-            context.set_input_shape(n, tuple(feeds[n].shape))
-    for n in names:
-        if not is_input[n]:
-            dtype = getattr(torch, str(trt.nptype(engine.get_tensor_dtype(n))().dtype))
-            buffers[n] = torch.empty(tuple(context.get_tensor_shape(n)), dtype=dtype, device="cuda")
-    bindings = [int(buffers[n].data_ptr()) for n in names]
-    for i in range(warmup + runs):
-        profiler.recording = i >= warmup
-        if not context.execute_v2(bindings):
-            raise UsageError(f"TensorRT failed to run {resolved.path.name}", hint="rerun with --debug")
-    torch.cuda.synchronize()
-    types = _layer_types(trt, engine)
+    runner = open_artifact(resolved, concurrency=1)   # no CUDA graph: a replayed graph reports no layers
+    try:
+        trt = runner.trt
+        source = FeedSource.for_runner(runner, inputs_dir, pins)
+        check_batch(source.specs, batch)
+        feeds = runner.normalize(source.batch(batch))
+        profiler = _layer_times_profiler(trt)
+        slot = runner._handles.get()   # the runner's one context; put back at once
+        slot.context.profiler = profiler
+        runner._handles.put(slot)
+        for i in range(warmup + runs):
+            profiler.recording = i >= warmup
+            runner.run_normalized(feeds)  # returns after the stream synchronized: layer times are in
+        types = _layer_types(trt, runner.engine)
+        settings = {**runner.settings, "batch": batch, "warmup": warmup, "inputs": source.description}
+    finally:
+        runner.close()
     layers = []
-    for name in profiler.order:
-        t = profiler.times[name]
+    for name, t in profiler.times.items():
         note = "reformat added by TensorRT" if name.startswith("Reformatting") else None
         nodes = [] if note or name.isdigit() else [p.strip() for p in name.split(" + ")]
         layers.append(LayerTime(name, types.get(name, "?"), nodes, sum(t), len(t), median_ms=statistics.median(t),
@@ -102,6 +82,5 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
     if layers and all(x.name.isdigit() for x in layers):
         warnings.append("layer names are indices: rebuild the engine with detailed profiling verbosity "
                         "to see the ONNX node names")
-    return ProfileResult(artifact=resolved.to_json(), runtime="tensorrt", settings={
-        "batch": batch, "warmup": warmup, "inputs": source.description, "tensorrt": trt.__version__},
-        runs=runs, layers=finish(layers, runs), warnings=warnings)
+    return ProfileResult(artifact=resolved.to_json(), runtime="tensorrt", settings=settings, runs=runs,
+                         layers=finish(layers, runs), warnings=warnings)
