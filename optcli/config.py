@@ -136,10 +136,11 @@ def model_stem(model: str) -> str:
 
 def _fill(cls: type, values: dict[str, Any], where: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
+    values = {k.replace("-", "_"): v for k, v in values.items()}  # static-batch = static_batch
     unknown = sorted(set(values) - set(names))
     if unknown:
         raise UsageError(f"unknown key {unknown[0]!r} in [{where}]", hint=f"known keys: {', '.join(sorted(names))}")
-    return cls(**{k.replace("-", "_"): v for k, v in values.items()})
+    return cls(**values)
 
 
 def load_toml(path: Path) -> dict[str, Any]:
