@@ -168,8 +168,8 @@ def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
             setattr(cfg, key, Path(top.pop(key)) if key == "out" else top.pop(key))
     if "inputs" in top:
         cfg.inputs = [parse_input_spec(s) for s in top.pop("inputs")]
-    if top:
-        cfg.extra.setdefault("compile", {}).update(top)
+    if top:  # nothing reads other [compile] keys: a typo must not pass silently
+        raise UsageError(f"unknown key {sorted(top)[0]!r} in [compile]", hint="known keys: force, inputs, out, target")
     for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
                          ("bench", BenchConfig), ("accuracy", AccuracyConfig), ("quantize", QuantizeConfig)):
         if section in data:
