@@ -49,6 +49,7 @@ class TorchModel:
     example: dict[str, Any] = field(default_factory=dict)   # name -> example tensor, if known
     exported_program: Any = None         # for .pt2
     int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
+    fixed_batch: int | None = None       # a batch size the model itself fixes (.pt2 exported static)
 
 
 def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
@@ -176,6 +177,7 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
             raise UsageError(f"{source.path} carries no example inputs", hint=_INPUTS_HINT)
         return TorchModel(module, [with_default_dtype(p) for p in pinned], exported_program=ep)
     specs, example, int_high = [], {}, {}
+    fixed_batch = None
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for name, value in zip(names, example_values):
         node = placeholders.get(name)
@@ -184,12 +186,15 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
         for i, d in enumerate(value.shape):
             sym = fake is not None and not isinstance(fake.shape[i], int)
             shape.append("batch" if sym and i == 0 else (f"{name}_dim{i}" if sym else int(d)))
+            if i == 0 and not sym and fake is not None and fixed_batch is None:
+                fixed_batch = int(d)
         specs.append(TensorSpec(name, tuple(shape), str(value.dtype).replace("torch.", "")))
         example[name] = value
         if not value.dtype.is_floating_point and value.numel():
             int_high[name] = int(value.max()) + 1
     specs = merge_pinned(specs, pinned) if pinned else specs
-    return TorchModel(module, specs, example=example, exported_program=ep, int_high=int_high)
+    return TorchModel(module, specs, example=example, exported_program=ep, int_high=int_high,
+                      fixed_batch=fixed_batch)
 
 
 def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str]) -> Any:

@@ -32,7 +32,7 @@ from optcli.onnx_model import graph_summary, io_specs, load_onnx
 from optcli.report import RunReport, StageReport
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
-from optcli.tensor_spec import merge_pinned, random_inputs
+from optcli.tensor_spec import TensorSpec, merge_pinned, random_inputs, with_batch
 
 Event = Callable[[str, dict[str, Any]], None]
 STAGE_RECORD = "stage.json"
@@ -72,12 +72,30 @@ class Pipeline:
         if source.is_torch:
             torch_model = load_torch(source, pinned)
             inputs = torch_model.inputs
+            fixed = torch_model.fixed_batch
         else:
             model = load_onnx(source.path, load_weights=False)
             inputs, _ = io_specs(model)
+            firsts = [s.shape[0] for s in inputs if s.shape]
+            fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
+        inputs = self._batch_dim(inputs, fixed)
+        if torch_model is not None:
+            torch_model.inputs = inputs
         return StageContext(config=self.config, source=source, inputs=inputs, target=target,
                             out_dir=self.out, torch_model=torch_model)
+
+    def _batch_dim(self, inputs: list[TensorSpec], fixed: int | None) -> list[TensorSpec]:
+        """Dim 0 is the batch: dynamic unless --static-batch or the model itself fixes it (a pinned size
+        like --input x:1x3x224x224 is then only an example). A fixed batch is the one size the model
+        takes, so the reference, the checks and the latency all run at it."""
+        if fixed is None and self.config.export.static_batch:
+            first = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+            fixed = first if isinstance(first, int) else 1
+        if fixed is None:
+            return with_batch(inputs, "batch")
+        self.config.bench.batch = self.config.accuracy.batch = fixed
+        return with_batch(inputs, fixed)
 
     def _reference(self, ctx: StageContext) -> dict[str, Any]:
         """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""

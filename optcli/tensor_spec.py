@@ -145,6 +145,16 @@ def with_default_dtype(spec: TensorSpec) -> TensorSpec:
     return spec if spec.dtype else TensorSpec(spec.name, spec.shape, "float32", spec.profile)
 
 
+def with_batch(specs: list[TensorSpec], batch: Dim) -> list[TensorSpec]:
+    """Set dim 0 (the batch) of every spec: an int fixes it; a str makes a fixed dim dynamic."""
+    out = []
+    for s in specs:
+        if s.shape and (isinstance(batch, int) or isinstance(s.shape[0], int)):
+            s = TensorSpec(s.name, (batch, *s.shape[1:]), s.dtype, s.profile)
+        out.append(s)
+    return out
+
+
 def format_shape(shape: tuple[Dim, ...] | list[Dim]) -> str:
     return "x".join(str(d) for d in shape)
 

@@ -65,7 +65,7 @@ class ExportStage(Stage):
     def fingerprint(self) -> dict[str, Any]:
         return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
 
-    def _example_args(self, torch: Any, batch: int) -> tuple[Any, ...]:
+    def _example_args(self, torch: Any, batch: int | None) -> tuple[Any, ...]:
         tm = self.ctx.torch_model
         assert tm is not None
         feeds = random_inputs(self.ctx.inputs, batch, seed=1234, int_high=tm.int_high)
@@ -117,7 +117,8 @@ class ExportStage(Stage):
             prog = torch.onnx.export(tm.exported_program, args=(), dynamo=True, opset_version=cfg.opset,
                                      external_data=False)
         else:
-            args = self._example_args(torch, batch=2)  # batch >= 2: a batch of 1 gets specialised
+            # batch >= 2: a batch of 1 gets specialised; a static batch exports at its own size.
+            args = self._example_args(torch, batch=None if cfg.static_batch else 2)
             dyn = None if cfg.static_batch else {s.name: {0: torch.export.Dim.DYNAMIC} for s in self.ctx.inputs}
             prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
                                      dynamic_shapes=dyn, input_names=[s.name for s in self.ctx.inputs],
@@ -127,7 +128,7 @@ class ExportStage(Stage):
     def _export_torchscript(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
-        args = self._example_args(torch, batch=2)
+        args = self._example_args(torch, batch=None if cfg.static_batch else 2)
         module = tm.module
         with torch.inference_mode():
             from optcli.runtime.torch_runner import flatten_outputs
