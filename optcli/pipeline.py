@@ -32,7 +32,7 @@ from optcli.onnx_model import graph_summary, io_specs, load_onnx
 from optcli.report import RunReport, StageReport
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
-from optcli.tensor_spec import TensorSpec, merge_pinned, random_inputs, with_batch
+from optcli.tensor_spec import TensorSpec, format_shape, merge_pinned, random_inputs, with_batch
 
 Event = Callable[[str, dict[str, Any]], None]
 STAGE_RECORD = "stage.json"
@@ -104,6 +104,13 @@ class Pipeline:
         runner = self._source_runner(ctx)
         try:
             outs = runner.run_normalized(runner.normalize(feeds))
+        except OptcliError:
+            raise
+        except Exception as exc:  # the model refuses inputs built from --input: bad input, not a bug
+            given = ", ".join(f"{n}:{format_shape(v.shape)}:{v.dtype}" for n, v in feeds.items())
+            raise UsageError(f"the model fails on inputs {given}: {_model_error_line(exc)}",
+                             hint="check the --input names, shapes and dtypes, e.g. --input input_ids:1x128:int64"
+                             ) from exc
         finally:
             runner.close()
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
@@ -364,6 +371,13 @@ class Pipeline:
                 "runner_options": artifact.meta.get("runner_options", {}),
                 "latency_ms": deployed.to_json() if deployed else None,
                 "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
+
+
+def _model_error_line(exc: Exception) -> str:
+    """The line of a model's exception that says what went wrong (TorchScript puts it last)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+    line = lines[-1] if lines[0].startswith("The following operation failed in the TorchScript") else lines[0]
+    return line.removeprefix("RuntimeError: ")[:300]
 
 
 def _error_json(exc: OptcliError, stage: str | None) -> dict[str, Any]:
