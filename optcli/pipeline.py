@@ -252,6 +252,7 @@ class Pipeline:
                 current.status, current.reason = "interrupted", "interrupted by the user"
             report.status = "interrupted"
             report.error = {"type": "KeyboardInterrupt", "message": "interrupted", "hint": None, "exit_code": 130}
+            _mark_not_run(report, "the run was interrupted")
             report.seconds = round(time.perf_counter() - t_start, 3)
             report.write(self.out)
             raise
@@ -260,9 +261,8 @@ class Pipeline:
                 current.status, current.reason = "failed", exc.message
             report.status = "failed"
             report.error = _error_json(exc, current.name if current else None)
-        for s in report.stages:
-            if s.status == "pending":
-                s.status, s.reason = "not-run", "an earlier stage failed"
+        failed_stage = any(s.status == "failed" for s in report.stages)
+        _mark_not_run(report, "an earlier stage failed" if failed_stage else "the run failed before this stage")
         report.seconds = round(time.perf_counter() - t_start, 3)
         report.write(self.out)
         self.emit("run_end", {"status": report.status})
@@ -371,6 +371,12 @@ class Pipeline:
                 "runner_options": artifact.meta.get("runner_options", {}),
                 "latency_ms": deployed.to_json() if deployed else None,
                 "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
+
+
+def _mark_not_run(report: RunReport, reason: str) -> None:
+    for s in report.stages:
+        if s.status == "pending":
+            s.status, s.reason = "not-run", reason
 
 
 def _model_error_line(exc: Exception) -> str:
