@@ -142,7 +142,7 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
                              hint="is the file truncated? re-save it with torch.jit.save") from None
         if not pinned:
             raise UsageError(f"{source.path} is TorchScript, which does not record input shapes", hint=_INPUTS_HINT)
-        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+        return _from_pins(module.eval(), pinned)
     if source.format == "pickle":
         try:
             module = torch.load(source.path, map_location="cpu", weights_only=False)
@@ -151,10 +151,20 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
                              hint="the module's class must be importable (run from its project, or set PYTHONPATH)") from None
         if not pinned:
             raise UsageError(f"{source.path} is a pickled module with no recorded input shapes", hint=_INPUTS_HINT)
-        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+        return _from_pins(module.eval(), pinned)
     if source.format == "python":
         return _load_python(torch, source, pinned)
     raise UsageError(f"{source.path} is not a PyTorch model")
+
+
+def _from_pins(module: Any, pinned: list[TensorSpec]) -> TorchModel:
+    """A model known only by its --input pins: random token ids must stay inside its embedding tables."""
+    specs = [with_default_dtype(p) for p in pinned]
+    rows = [int(m.weight.shape[0]) for m in module.modules()
+            if "Embedding" in (getattr(m, "original_name", None) or type(m).__name__)
+            and getattr(m, "weight", None) is not None and m.weight.dim() == 2]
+    int_high = {s.name: min(rows) for s in specs if rows and s.dtype.startswith(("int", "uint"))}
+    return TorchModel(module, specs, int_high=int_high)
 
 
 def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
@@ -247,7 +257,7 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
             if p.name not in names:
                 raise UsageError(f"--input {p.name}: forward() has no parameter of that name",
                                  hint=f"forward takes: {', '.join(names)}")
-        return TorchModel(result, [with_default_dtype(p) for p in pinned])
+        return _from_pins(result, pinned)
     if isinstance(example_inputs, dict):
         items = list(example_inputs.items())
     else:
