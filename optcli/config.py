@@ -113,6 +113,8 @@ class CompileConfig:
     def validate(self) -> None:
         if self.target not in TARGETS:
             raise UsageError(f"unknown target {self.target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+        if self.export.opset < 17:
+            raise UsageError(f"opset {self.export.opset} is too old", hint="optcli exports opset 17 or newer (default 18)")
         if self.fuse.level not in ("basic", "extended"):
             raise UsageError(f"unknown fuse level {self.fuse.level!r}",
                              hint="use basic or extended (the all level writes CPU-specific layouts)")

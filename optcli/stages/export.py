@@ -102,8 +102,10 @@ class ExportStage(Stage):
             except Exception as exc:  # exporter internals raise anything; we try the next one
                 attempts.append({"exporter": exporter, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
                 continue
-            details = {"exporter": exporter, "opset": cfg.opset, "dynamic_batch": not cfg.static_batch,
-                       "verify": verify, "attempts": attempts}
+            # What the file holds: the exporters quietly pick another opset when they cannot convert.
+            opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+            details = {"exporter": exporter, "opset": opset, "opset_requested": cfg.opset,
+                       "dynamic_batch": not cfg.static_batch, "verify": verify, "attempts": attempts}
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
