@@ -59,7 +59,8 @@ class TensorSpec:
             else:
                 raise UsageError(
                     f"input {self.name!r} has a dynamic dim {d!r} at axis {i} and no size for it",
-                    hint=f"pin it with --input {self.name}:{'x'.join(str(x) if isinstance(x, int) else '128' for x in self.shape)}",
+                    hint=f"pin it with --input {self.name}:"
+                         f"{'x'.join(str(x) if isinstance(x, int) else '1' if j == 0 else '128' for j, x in enumerate(self.shape))}",
                 )
         return tuple(dims)
 
