@@ -144,11 +144,16 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
             raise UsageError(f"{source.path} is TorchScript, which does not record input shapes", hint=_INPUTS_HINT)
         return _from_pins(module.eval(), pinned)
     if source.format == "pickle":
+        # As under `python`, the working folder is importable, so "run from its project" works for the
+        # `optcli` script too (its sys.path[0] is the script's bin folder).
+        sys.path.insert(0, str(Path.cwd()))
         try:
             module = torch.load(source.path, map_location="cpu", weights_only=False)
         except Exception as exc:
             raise UsageError(f"{source.path} could not be unpickled: {str(exc).splitlines()[0][:200]}",
                              hint="the module's class must be importable (run from its project, or set PYTHONPATH)") from None
+        finally:
+            sys.path.remove(str(Path.cwd()))
         if not pinned:
             raise UsageError(f"{source.path} is a pickled module with no recorded input shapes", hint=_INPUTS_HINT)
         return _from_pins(module.eval(), pinned)
