@@ -261,6 +261,17 @@ class Pipeline:
                 current.status, current.reason = "failed", exc.message
             report.status = "failed"
             report.error = _error_json(exc, current.name if current else None)
+        except Exception as exc:  # a bug: the report still says what did not finish; the CLI shows it
+            message = f"internal error: {type(exc).__name__}: {_model_error_line(exc)}"
+            if current is not None:
+                current.status, current.reason = "failed", message
+            report.status = "failed"
+            report.error = {"type": type(exc).__name__, "message": message, "hint": "rerun with --debug",
+                            "exit_code": 1, "stage": current.name if current else None}
+            _mark_not_run(report, "an earlier stage failed" if current else "the run failed before this stage")
+            report.seconds = round(time.perf_counter() - t_start, 3)
+            report.write(self.out)
+            raise
         failed_stage = any(s.status == "failed" for s in report.stages)
         _mark_not_run(report, "an earlier stage failed" if failed_stage else "the run failed before this stage")
         report.seconds = round(time.perf_counter() - t_start, 3)
