@@ -103,3 +103,20 @@ def test_out_dir_default_and_model_stem() -> None:
     assert CompileConfig(model="a/b/resnet.pt2").out_dir() == Path("optcli-out/resnet")
     assert CompileConfig(model="m.onnx", out=Path("x")).out_dir() == Path("x")
     assert model_stem("models/f.py:make_net") == "f-make_net"
+
+
+def test_the_documented_config_example_loads() -> None:
+    # docs/cli.md shows a full optcli.toml: it must stay a valid config.
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 2
+    import tomllib
+
+    full = compile_config_from_dict("m.pt2", tomllib.loads(blocks[0]))
+    full.validate()
+    assert full.export.opset == 18 and full.bench.min_seconds == 0.5 and full.bench.threads == 4
+    assert full.inputs[0].shape == (1, 3, 224, 224)
+    tool = tomllib.loads(blocks[1])["tool"]["optcli"]
+    assert compile_config_from_dict("m.pt2", tool).export.opset == 17
