@@ -244,7 +244,11 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     if not callable(fn):
         raise UsageError(f"{source.path} has no function {source.factory!r}",
                          hint=f"define def {source.factory}() -> nn.Module in {source.path.name}")
-    result = fn()
+    try:
+        result = fn()
+    except Exception as exc:  # the user's code failed, not optcli
+        raise UsageError(f"{source.spec} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                         hint="run the factory with python to see the error (or use --debug)") from exc
     example_inputs = None
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module):
         result, example_inputs = result
