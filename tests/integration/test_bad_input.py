@@ -400,3 +400,10 @@ def test_missing_onnxsim_fails_the_simplify_stage(matmul_onnx: Path, tmp_path: P
     assert report["stages"][2]["status"] == "not-run"
     assert not (out / "02-simplify").exists()
     assert report["error"]["hint"].startswith("pip install 'optcli[")
+
+
+def test_factory_that_raises(tmp_path: Path, out: Path) -> None:
+    path = tmp_path / "raising.py"
+    path.write_text("def make():\n    raise RuntimeError('cannot build today')\n")
+    code, stdout, stderr = run_main("compile", f"{path}:make", "--out", str(out), "--no-bench")
+    assert_one_line_error(code, stdout, stderr, EXIT_USAGE, "raised RuntimeError", "cannot build today")
