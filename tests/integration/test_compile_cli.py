@@ -398,3 +398,52 @@ def test_version_subprocess() -> None:
     proc = run_optcli("--version")
     assert proc.returncode == 0
     assert __version__ in proc.stdout
+
+
+def test_flags_override_the_config_file_and_defaults_do_not(matmul_onnx: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "optcli.toml"
+    cfg.write_text('[fuse]\nlevel = "basic"\n\n[export]\nopset = 17\n')
+    out = tmp_path / "out"
+    # no --fuse-level and no --opset typed: the file's values stand, not the flags' defaults
+    assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench")[0] == 0
+    report = read_report(out)
+    assert report["config"]["fuse"]["level"] == "basic" and report["config"]["export"]["opset"] == 17
+    assert report["stages"][2]["details"]["level"] == "basic"
+    # a typed flag wins over the file
+    assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench",
+                    "--fuse-level", "extended")[0] == 0
+    assert read_report(out)["stages"][2]["details"]["level"] == "extended"
+
+
+def test_optcli_toml_is_found_in_the_working_folder(matmul_onnx: Path, tmp_path: Path) -> None:
+    (tmp_path / "optcli.toml").write_text('[compile]\nout = "from-config"\n\n[fuse]\nenabled = false\n')
+    proc = run_optcli("compile", str(matmul_onnx), "--no-bench", "--target", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = read_report(tmp_path / "from-config")
+    assert [s["name"] for s in report["stages"]] == ["export", "simplify"]
+
+
+def test_threads_and_bench_runs_flags(matmul_onnx: Path, fast_bench_toml: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", str(matmul_onnx), "--out", str(out), "--config", str(fast_bench_toml),
+                            "--threads", "1", "--bench-runs", "12", "--no-simplify", "--target", "cpu")
+    assert code == 0, err
+    report = read_report(out)
+    lat = report["stages"][1]["latency_ms"]["after"]
+    assert lat["settings"]["intra_op_threads"] == 1
+    assert lat["runs"] >= 12  # the flag beats the config file's runs = 5
+    assert report["config"]["bench"]["runs"] == 12 and report["config"]["bench"]["threads"] == 1
+
+
+def test_cached_rerun_keeps_the_measurements(cnn_run: dict[str, Any], cnn_pt2: Path, fast_bench_toml: Path) -> None:
+    out = cnn_run["out"]
+    code, _, err = run_main("compile", str(cnn_pt2), "--out", str(out), "--config", str(fast_bench_toml),
+                            "--target", "cpu")
+    assert code == 0, err
+    again = read_report(out)
+    first = cnn_run["report"]
+    assert [s["status"] for s in again["stages"]] == ["cached"] * 3
+    for a, b in zip(first["stages"], again["stages"]):
+        assert b["latency_ms"] == a["latency_ms"] and b["accuracy"] == a["accuracy"]
+    check_latency(again["final"]["latency_ms"], "onnxruntime-cpu", "all")
+    assert again["final"]["sha256"] == first["final"]["sha256"]
