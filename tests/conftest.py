@@ -381,3 +381,17 @@ def fast_bench_toml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("config") / "optcli.toml"
     path.write_text(FAST_BENCH_TOML)
     return path
+
+
+# The stages of issue 3. Later issues add stages (quantize-*, build_tensorrt) that a CPU fp32 run skips
+# or leaves out; tests of the first three look only at these.
+CORE_STAGES = ("export", "simplify", "fuse")
+
+
+def core_stages(report: dict[str, Any], names: tuple[str, ...] = CORE_STAGES) -> list[dict[str, Any]]:
+    """The report's records of `names`, in pipeline order (absent ones are left out)."""
+    return [s for s in report["stages"] if s["name"] in names]
+
+
+def core_statuses(report: dict[str, Any]) -> list[str]:
+    return [s["status"] for s in core_stages(report)]
