@@ -376,7 +376,8 @@ def _run_blocked(blocked: tuple[str, ...], *argv: str, cwd: Path | None = None) 
 
 def test_missing_onnxruntime_names_the_extra(matmul_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = _run_blocked(("onnxruntime",), "compile", str(matmul_onnx), "--out", str(out), "--no-bench")
+    p = _run_blocked(("onnxruntime",), "compile", str(matmul_onnx), "--out", str(out), "--no-bench",
+                     "--target", "cpu")
     error = assert_one_line_error(p.returncode, p.stdout, p.stderr, EXIT_MISSING_DEPENDENCY,
                                   "onnxruntime is not installed")
     assert "hint: pip install 'optcli[cpu]'" in p.stderr, error
@@ -385,14 +386,16 @@ def test_missing_onnxruntime_names_the_extra(matmul_onnx: Path, tmp_path: Path) 
 
 
 def test_missing_torch_names_the_extra(cnn_pt2: Path, tmp_path: Path) -> None:
-    p = _run_blocked(("torch",), "compile", str(cnn_pt2), "--out", str(tmp_path / "out"), "--no-bench")
+    p = _run_blocked(("torch",), "compile", str(cnn_pt2), "--out", str(tmp_path / "out"), "--no-bench",
+                     "--target", "cpu")
     assert_one_line_error(p.returncode, p.stdout, p.stderr, EXIT_MISSING_DEPENDENCY, "torch is not installed")
     assert "pip install 'optcli[" in p.stderr
 
 
 def test_missing_onnxsim_fails_the_simplify_stage(matmul_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = _run_blocked(("onnxsim",), "compile", str(matmul_onnx), "--out", str(out), "--no-bench", "--json")
+    p = _run_blocked(("onnxsim",), "compile", str(matmul_onnx), "--out", str(out), "--no-bench", "--json",
+                     "--target", "cpu")
     assert p.returncode == EXIT_MISSING_DEPENDENCY, p.stderr
     report = json.loads(p.stdout)  # --json still prints the (failed) report, and only that
     simplify = report["stages"][1]

@@ -408,13 +408,14 @@ def test_flags_override_the_config_file_and_defaults_do_not(matmul_onnx: Path, t
     cfg.write_text('[fuse]\nlevel = "basic"\n\n[export]\nopset = 17\n')
     out = tmp_path / "out"
     # no --fuse-level and no --opset typed: the file's values stand, not the flags' defaults
-    assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench")[0] == 0
+    assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench",
+                    "--target", "cpu")[0] == 0
     report = read_report(out)
     assert report["config"]["fuse"]["level"] == "basic" and report["config"]["export"]["opset"] == 17
     assert report["stages"][2]["details"]["level"] == "basic"
     # a typed flag wins over the file
     assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench",
-                    "--fuse-level", "extended")[0] == 0
+                    "--target", "cpu", "--fuse-level", "extended")[0] == 0
     assert read_report(out)["stages"][2]["details"]["level"] == "extended"
 
 
