@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import blocker_source, cli_env, read_report, run_main, run_optcli
+from compile_testkit import blocker_source, cli_env, read_report, run_main, run_optcli
 
 EXIT_USAGE = 2
 EXIT_MISSING_DEPENDENCY = 4

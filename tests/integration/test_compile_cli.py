@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import cli_env, core_stages, core_statuses, read_report, run_main, run_optcli
+from compile_testkit import cli_env, core_stages, core_statuses, read_report, run_main, run_optcli
 
 STAGES = ["export", "simplify", "fuse"]
 STAGE_KEYS = {"name", "status", "reason", "seconds", "artifact", "graph", "latency_ms", "accuracy", "details"}
@@ -374,7 +374,7 @@ def test_static_batch_takes_the_pinned_size(cnn_torchscript: Path, tmp_path: Pat
 
 
 def test_onnx_with_a_fixed_batch(onnx_dir: Path, tmp_path: Path) -> None:
-    from conftest import make_matmul_add_relu
+    from compile_testkit import make_matmul_add_relu
 
     model = make_matmul_add_relu(tmp_path / "fixed.onnx", batch=1)
     out = tmp_path / "out"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import core_stages, core_statuses, read_report, run_main
+from compile_testkit import core_stages, core_statuses, read_report, run_main
 
 pytestmark = pytest.mark.slow
 

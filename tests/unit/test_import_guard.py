@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, blocker_source, cli_env
+from compile_testkit import REPO, blocker_source, cli_env
 
 HEAVY = ("torch", "onnxruntime", "tensorrt", "onnxsim", "openvino")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import core_stages, run_main
+from compile_testkit import core_stages, run_main
 from optcli.api import compile as api_compile
 from optcli.config import CompileConfig
 from optcli.errors import StageError
