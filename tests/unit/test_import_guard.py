@@ -62,6 +62,10 @@ print(",".join(s.name for s in all_stages()))
     (["--help"], "compile"),
     (["--version"], "0.1.0"),
     (["compile", "--help"], "--static-batch"),
+    (["bench", "--help"], "Usage"),
+    (["profile", "--help"], "Usage"),
+    (["compare", "--help"], "Usage"),
+    (["export-triton", "--help"], "Usage"),
 ])
 def test_help_and_version_with_heavy_dependencies_hidden(argv: list[str], expect: str) -> None:
     code = blocker_source(*HEAVY) + f"""
