@@ -60,6 +60,11 @@ class Pipeline:
 
     def __init__(self, config: CompileConfig, on_event: Event | None = None) -> None:
         config.validate()
+        owned = {cls.config_section for cls in all_stages() if cls.config_section}
+        unknown = sorted(set(config.extra) - owned)
+        if unknown:
+            known = ["compile", "export", "simplify", "fuse", "bench", "accuracy", "quantize", *sorted(owned)]
+            raise UsageError(f"unknown config table [{unknown[0]}]", hint=f"known tables: {', '.join(known)}")
         self.config = config
         self.emit = on_event or _noop
         self.out = config.out_dir()

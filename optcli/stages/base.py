@@ -54,6 +54,9 @@ class Stage(ABC):
 
     name: ClassVar[str]
     order: ClassVar[int]          # position in the pipeline; gaps leave room for new stages
+    # The config-file table this stage owns beyond config.py's own (e.g. [tensorrt]); the pipeline
+    # refuses tables no stage owns, so a misspelt [fusee] is an error, not silently ignored.
+    config_section: ClassVar[str | None] = None
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx

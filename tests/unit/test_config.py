@@ -120,3 +120,17 @@ def test_the_documented_config_example_loads() -> None:
     assert full.inputs[0].shape == (1, 3, 224, 224)
     tool = tomllib.loads(blocks[1])["tool"]["optcli"]
     assert compile_config_from_dict("m.pt2", tool).export.opset == 17
+
+
+def test_misspelt_table_is_refused(tmp_path) -> None:
+    import pytest
+
+    from optcli.config import compile_config_from_dict
+    from optcli.errors import UsageError
+    from optcli.pipeline import Pipeline
+
+    config = compile_config_from_dict("m.onnx", {"fusee": {"level": "basic"}})
+    with pytest.raises(UsageError, match=r"unknown config table \[fusee\]"):
+        Pipeline(config)
+    owned = compile_config_from_dict("m.onnx", {"tensorrt": {}})
+    Pipeline(owned)  # [tensorrt] belongs to the build-tensorrt stage
