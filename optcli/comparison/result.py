@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-COLUMNS = ["variant", "precision", "p50 ms (b1)", "95% CI", "samples/s (b8)", "size MB", "cosine", "top-1",
+COLUMNS = ["variant", "precision", "p50 ms (b1)", "95% CI", "samples/s (b8)", "size MB", "cosine", "top-1 agree",
            "build s", "pareto", "verdict"]
 
 
