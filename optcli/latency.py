@@ -138,7 +138,7 @@ def time_concurrent(fn: Callable[[], Any], concurrency: int, *, warmup_runs: int
             time.sleep(0.005)
             elapsed = time.perf_counter() - t_begin
             calls = sum(len(s) for s in per_thread)
-            if elapsed >= max_seconds and calls >= 3 or calls >= runs and elapsed >= min_seconds or errors:
+            if (elapsed >= max_seconds and calls >= 3) or (calls >= runs and elapsed >= min_seconds) or errors:
                 break
     finally:
         stop.set()

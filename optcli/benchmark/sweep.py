@@ -21,6 +21,7 @@ from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_con
 SCHEMA_VERSION = 1
 NOISY_CV = 0.10          # std/mean above this: the figures moved a lot between calls
 KNEE_SHARE = 0.90        # without a budget: the lowest-latency point within 10% of the best throughput
+PERCENTILES = ("p50", "p90", "p99")
 
 
 @dataclass
@@ -35,6 +36,7 @@ class BenchSettings:
     min_seconds: float = 1.0
     max_seconds: float = 10.0
     latency_budget_ms: float | None = None
+    budget_percentile: str = "p99"      # which latency the budget bounds: p50 | p90 | p99
     threads: int | None = None          # intra-op threads per handle; None = cores / concurrency
     device: str | None = None
     inputs_dir: Path | None = None
@@ -50,6 +52,9 @@ class BenchSettings:
             raise UsageError("runs must be >= 1 and the time limits positive")
         if self.latency_budget_ms is not None and self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget-ms must be positive")
+        if self.budget_percentile not in PERCENTILES:
+            raise UsageError(f"unknown budget percentile {self.budget_percentile!r}",
+                             hint=f"use one of: {', '.join(PERCENTILES)}")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,25 +118,30 @@ class BenchResult:
                    d.get("knee"), list(d.get("warnings", [])), d.get("regression"))
 
 
-def find_knee(points: list[SweepPoint], budget_ms: float | None) -> dict[str, Any] | None:
-    """With a budget: the best throughput whose p99 fits in it. Without: the lowest-p99 point that
-    reaches 90% of the best throughput (where more batch or concurrency stops paying)."""
+def find_knee(points: list[SweepPoint], budget_ms: float | None, percentile: str = "p99") -> dict[str, Any] | None:
+    """With a budget: the best throughput whose `percentile` latency fits in it. Without: the point
+    with the lowest `percentile` latency that reaches 90% of the best throughput (where more batch
+    or concurrency stops paying)."""
     if not points:
         return None
+
+    def lat(p: SweepPoint) -> float:
+        return float(getattr(p.latency, percentile))
+
     if budget_ms is not None:
-        fitting = [p for p in points if p.latency.p99 <= budget_ms]
+        fitting = [p for p in points if lat(p) <= budget_ms]
         if not fitting:
-            best = min(points, key=lambda p: p.latency.p99)
+            best = min(points, key=lat)
             return {"batch": None, "concurrency": None,
-                    "reason": f"no point has p99 within {budget_ms:g} ms (lowest: {best.latency.p99:.3f} ms "
+                    "reason": f"no point has {percentile} within {budget_ms:g} ms (lowest: {lat(best):.3f} ms "
                               f"at batch {best.batch}, concurrency {best.concurrency})"}
         k = max(fitting, key=lambda p: p.throughput)
         return {"batch": k.batch, "concurrency": k.concurrency,
-                "reason": f"best throughput with p99 <= {budget_ms:g} ms"}
+                "reason": f"best throughput with {percentile} <= {budget_ms:g} ms"}
     top = max(p.throughput for p in points)
-    k = min((p for p in points if p.throughput >= KNEE_SHARE * top), key=lambda p: p.latency.p99)
+    k = min((p for p in points if p.throughput >= KNEE_SHARE * top), key=lat)
     return {"batch": k.batch, "concurrency": k.concurrency,
-            "reason": f"lowest p99 within {100 - KNEE_SHARE * 100:.0f}% of the best throughput ({top:.1f}/s)"}
+            "reason": f"lowest {percentile} within {100 - KNEE_SHARE * 100:.0f}% of the best throughput ({top:.1f}/s)"}
 
 
 def _noise_warnings(points: list[SweepPoint], load_before: float | None) -> list[str]:
@@ -202,5 +212,5 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
     env = environment()
     env["load_average_before"] = load_before
     return BenchResult(artifact=resolved.to_json(), runtime=runtime, settings=settings.to_json(), inputs=inputs_json,
-                       environment=env, points=points, knee=find_knee(points, settings.latency_budget_ms),
+                       environment=env, points=points, knee=find_knee(points, settings.latency_budget_ms, settings.budget_percentile),
                        warnings=_noise_warnings(points, load_before))

@@ -30,13 +30,14 @@ def _table(result: Any) -> Any:
                 "samples/s", "CV", ""):
         table.add_column(col, justify="right" if col else "left")
     budget = result.settings.get("latency_budget_ms")
+    percentile = result.settings.get("budget_percentile", "p99")
     gpu = any(p.device_ms for p in result.points)
     if gpu:
         table.add_column("GPU p50 ms", justify="right")
     for p in result.points:
         s = p.latency
         mark = "<- knee" if (p.batch, p.concurrency) == (knee.get("batch"), knee.get("concurrency")) else ""
-        if budget is not None and s.p99 > budget:
+        if budget is not None and getattr(s, percentile) > budget:
             mark = mark or "over budget"
         cv = f"{s.cv:.0%}"
         row = [str(p.batch), str(p.concurrency), f"{s.p50:.4f}", f"{p.median_ci_ms[0]:.4f}-{p.median_ci_ms[1]:.4f}",
@@ -69,7 +70,10 @@ def _regression_table(reg: dict[str, Any]) -> Any:
 @click.option("--batch", "-b", default="1", show_default=True, metavar="N[,N...]", help="Batch sizes to sweep.")
 @click.option("--concurrency", "-c", default="1", show_default=True, metavar="N[,N...]",
               help="Requests in flight, each on its own session (cores are split between them).")
-@click.option("--latency-budget-ms", type=float, help="Mark the knee: best throughput with p99 within this.")
+@click.option("--latency-budget-ms", type=float,
+              help="Mark the knee: best throughput whose --budget-percentile latency fits this.")
+@click.option("--budget-percentile", type=click.Choice(["p50", "p90", "p99"]), default="p99", show_default=True,
+              help="Which latency the budget bounds.")
 @click.option("--warmup", type=click.IntRange(0), default=10, show_default=True, help="Warm-up calls (at least).")
 @click.option("--warmup-seconds", type=click.FloatRange(0), default=0.5, show_default=True,
               help="Warm-up time (at least).")

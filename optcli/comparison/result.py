@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from optcli.report import markdown_table
+
 SCHEMA_VERSION = 1
-COLUMNS = ["variant", "precision", "p50 ms (b1)", "95% CI", "samples/s (b8)", "size MB", "cosine", "top-1",
+COLUMNS = ["variant", "precision", "p50 ms (b1)", "95% CI", "samples/s (b8)", "size MB", "cosine", "top-1 agree",
            "build s", "pareto", "verdict"]
 
 
@@ -113,10 +115,7 @@ class CompareResult:
                   f"{s.get('runtime', '?')}",
                   f"- cpu: {self.environment.get('cpu')} ({self.environment.get('cpu_count')} cores); "
                   f"onnxruntime {self.environment.get('onnxruntime')}", ""]
-        lines.append("| " + " | ".join(COLUMNS) + " |")
-        lines.append("|" + "---|" * len(COLUMNS))
-        for row in self.rows():
-            lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+        lines += markdown_table(COLUMNS, self.rows())
         notes = [f"- {v.name}: {n}" for v in self.variants for n in v.notes]
         notes += [f"- {w}" for w in self.warnings]
         if notes:

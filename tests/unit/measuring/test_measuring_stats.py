@@ -63,7 +63,7 @@ def test_time_concurrent_reraises_a_failing_call() -> None:
 
 def _point(batch: int, conc: int, p99: float, throughput: float) -> SweepPoint:
     stats = stats_from_samples([p99 / 2, p99 / 2, p99], batch, "test")
-    stats.p99 = p99
+    stats.p99, stats.p90 = p99, p99 / 2
     return SweepPoint(batch, conc, stats, throughput, (p99 / 2, p99 / 2))
 
 
@@ -74,6 +74,9 @@ def test_knee_with_a_latency_budget() -> None:
     assert "p99 <= 10 ms" in knee["reason"]
     none = find_knee(points, budget_ms=0.5)
     assert none["batch"] is None and "lowest: 1.000 ms at batch 1, concurrency 1" in none["reason"]
+    by_p90 = find_knee(points, budget_ms=16.0, percentile="p90")            # p90 = half the p99 here
+    assert (by_p90["batch"], by_p90["concurrency"]) == (32, 4) and "p90 <= 16 ms" in by_p90["reason"]
+    assert (find_knee(points, budget_ms=16.0)["batch"], find_knee(points, budget_ms=16.0)["concurrency"]) == (8, 4)
 
 
 def test_knee_without_budget_is_where_more_stops_paying() -> None:
