@@ -99,7 +99,11 @@ class QuantizeInt8Stage(Stage):
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
-        return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+        failure = check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+        if failure is None and accuracy.get("int8_nodes_after_fallback") == 0:
+            # Excluding everything "passes" with an FP32 model: that is not an INT8 result.
+            return "no node could stay INT8 within the tolerance (the fallback excluded all of them)"
+        return failure
 
     def _prune(self, fp32: Path, out: Path, flavour: Any, ranges: Path | None, manual: list[str],
                excluded: list[str], reference: list, ev: SampleSet, tol: Any, attempts: list) -> list[str]:
@@ -168,6 +172,8 @@ class QuantizeInt8Stage(Stage):
             excluded_auto = self._prune(fp32, out, flavour, ranges, manual, excluded_auto, reference, ev, tol, attempts)
         final_acc = evaluate(out, reference, ev)
         final_acc["reference"] = "fp32-onnx"
+        if excluded_auto:
+            final_acc["int8_nodes_after_fallback"] = len([c for c in candidates if c not in manual + excluded_auto])
         fallback = None
         if excluded_auto:
             fallback = {"excluded_nodes": excluded_auto,
