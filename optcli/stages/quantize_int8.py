@@ -19,7 +19,7 @@ from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histog
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.flavour import resolve_flavour
-from optcli.quantize.int8 import candidate_nodes, name_nodes, quantize
+from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes, quantize
 from optcli.quantize.sensitivity import node_damage
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -100,7 +100,7 @@ class QuantizeInt8Stage(Stage):
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
         failure = check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
-        if failure is None and accuracy.get("int8_nodes_after_fallback") == 0:
+        if failure is None and accuracy.get("int8_ops_after_fallback") == 0:
             # Excluding everything "passes" with an FP32 model: that is not an INT8 result.
             return "no node could stay INT8 within the tolerance (the fallback excluded all of them)"
         return failure
@@ -173,7 +173,8 @@ class QuantizeInt8Stage(Stage):
         final_acc = evaluate(out, reference, ev)
         final_acc["reference"] = "fp32-onnx"
         if excluded_auto:
-            final_acc["int8_nodes_after_fallback"] = len([c for c in candidates if c not in manual + excluded_auto])
+            counts = int8_op_counts(out)
+            final_acc["int8_ops_after_fallback"] = counts["quantize_linear"] + counts["dynamic_quantize"]
         fallback = None
         if excluded_auto:
             fallback = {"excluded_nodes": excluded_auto,

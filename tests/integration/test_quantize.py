@@ -102,7 +102,7 @@ def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None
     assert r.status == "ok", r.error
     assert r.stage("quantize-int8").details["excluded_by_user"] == ["node_linear_1", "node_linear_2"]
     r = api.compile(model, out=tmp_path / "o2", int8=True, calib=calib, fallback=False, check=False,
-                    exclude_ops=["Gemm"], bench=False)
+                    exclude_ops=["Gemm", "Relu"], bench=False)
     assert r.status == "ok" and r.stage("quantize-int8").details["quantized_nodes"] == 0
     with pytest.raises(UsageError, match="no node of that name"):
         api.compile(model, out=tmp_path / "o3", int8=True, calib=calib, exclude_nodes=["nope"], bench=False)
