@@ -36,7 +36,7 @@ class Flavour:
                 "weights": "int8 symmetric per-channel", "op_types": list(self.op_types)}
 
 
-_TABLE = {
+TABLE = {
     "qdq-s8s8": Flavour("qdq-s8s8", True, True, True, QDQ_OPS),
     "qdq-u8s8": Flavour("qdq-u8s8", True, False, False, CPU_QDQ_OPS),
     "dynamic": Flavour("dynamic", False, False, False, DYNAMIC_OPS),
@@ -46,14 +46,14 @@ _TABLE = {
 def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
     """`auto`: TensorRT gets s8/s8 Q/DQ; on a CPU, encoders get dynamic INT8 and the rest u8/s8 Q/DQ."""
     if requested in ("qdq", "auto") and target == "tensorrt":
-        return _TABLE["qdq-s8s8"]
+        return TABLE["qdq-s8s8"]
     if requested == "auto":
-        return _TABLE["dynamic" if is_encoder else "qdq-u8s8"]
+        return TABLE["dynamic" if is_encoder else "qdq-u8s8"]
     if requested == "qdq":
-        return _TABLE["qdq-u8s8"]
+        return TABLE["qdq-u8s8"]
     if requested not in _TABLE:
         raise UsageError(f"unknown INT8 flavour {requested!r}", hint=f"use auto, qdq, or one of {', '.join(FLAVOURS)}")
     if target == "tensorrt" and requested != "qdq-s8s8":
         raise UsageError(f"INT8 flavour {requested} does not build into TensorRT",
                          hint="TensorRT takes symmetric int8 Q/DQ only: use --int8-flavour qdq-s8s8 (or auto)")
-    return _TABLE[requested]
+    return TABLE[requested]

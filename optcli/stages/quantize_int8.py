@@ -95,7 +95,12 @@ class QuantizeInt8Stage(Stage):
         for key in ("calib", "eval"):
             if q.get(key):
                 q[f"{key}_sha256"] = sha256_file(Path(q[key])) if Path(q[key]).exists() else None
-        return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target}
+        from optcli.quantize import flavour
+
+        # Which ops each flavour quantizes is part of the output: a change must invalidate the cache.
+        table = {n: list(f.op_types) for n, f in flavour.TABLE.items()}
+        return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target,
+                "flavours": table, "methods": {"bins": 2048, "percentile": 99.99}}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
