@@ -51,7 +51,7 @@ def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
         return TABLE["dynamic" if is_encoder else "qdq-u8s8"]
     if requested == "qdq":
         return TABLE["qdq-u8s8"]
-    if requested not in _TABLE:
+    if requested not in TABLE:
         raise UsageError(f"unknown INT8 flavour {requested!r}", hint=f"use auto, qdq, or one of {', '.join(FLAVOURS)}")
     if target == "tensorrt" and requested != "qdq-s8s8":
         raise UsageError(f"INT8 flavour {requested} does not build into TensorRT",
