@@ -362,8 +362,8 @@ class Pipeline:
             g = graph_summary(after.path)
             record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
         try:
-            lat_before = self._measure(ctx, before)
-            lat_after = self._measure(ctx, after)
+            lat_before = self._measure(ctx, before, stage.measure_optimization)
+            lat_after = self._measure(ctx, after, stage.measure_optimization)
             record.accuracy = accuracy if accuracy is not None else self._accuracy(after, reference)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc

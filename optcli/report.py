@@ -114,9 +114,11 @@ def to_markdown(report: RunReport) -> str:
              f"gpu: {report.environment.get('gpu') or 'none'}", ""]
     lines += markdown_table(STAGE_COLUMNS, stage_rows(report))
     lines.append("")
-    lines.append("Latency: batch 1, p50 over timed runs after warm-up. Stages on ONNX measure before and after "
-                 "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; the export "
-                 "stage's 'before' is PyTorch eager. Accuracy is against the FP32 reference on fixed inputs.")
+    lines.append("Latency: batch 1, p50 over timed runs after warm-up. Graph stages measure before and after "
+                 "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; quantize "
+                 "stages with them **on** (onnxruntime turns Q/DQ into integer kernels only when it optimizes); "
+                 "each entry's `settings` says which. The export stage's 'before' is PyTorch eager. Accuracy is "
+                 "against the FP32 reference (quantize stages: on held-out data).")
     if report.final:
         f = report.final
         lines += ["", "## Final artifact", "",

@@ -75,6 +75,7 @@ class QuantizeInt8Stage(Stage):
 
     name = "quantize-int8"
     order = 40
+    measure_optimization = "all"
 
     @classmethod
     def enabled(cls, config: Any) -> bool:
