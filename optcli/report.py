@@ -106,7 +106,11 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def to_markdown(report: RunReport) -> str:
+    from optcli.environment import busy_warning
+
+    warning = busy_warning(report.environment)
     lines = [f"# optcli report: {Path(report.model['path']).name}", "",
+             *([f"> **Warning:** {warning}", ""] if warning else []),
              f"- status: **{report.status}**" + (f" ({report.error['message']})" if report.error else ""),
              f"- target: {report.target}; optcli {report.optcli_version}; "
              f"torch {report.environment.get('torch')}; onnxruntime {report.environment.get('onnxruntime')}",
