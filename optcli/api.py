@@ -48,6 +48,9 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
             if value:
                 config.quantize.precision = key
             continue
+        if key == "backend":  # compile(model, backend="openvino"): the build-cpu stage's [cpu] section
+            config.extra.setdefault("cpu", {})["backend"] = value
+            continue
         if key in ("calib", "eval") and value is not None:
             value = Path(value)
         for section in sections:

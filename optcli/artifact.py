@@ -11,9 +11,12 @@ FORMATS = ("onnx", "pt2", "torchscript", "python", "pickle", "engine", "openvino
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory)."""
+    """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory). An OpenVINO IR's
+    .xml covers its .bin too: the weights are half of the model."""
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    if path.suffix == ".xml" and path.with_suffix(".bin").is_file():
+        files.append(path.with_suffix(".bin"))
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())
@@ -51,6 +54,8 @@ class Artifact:
         if self.path.is_dir():
             return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
         total = self.path.stat().st_size
+        if self.format == "openvino" and self.path.with_suffix(".bin").is_file():
+            total += self.path.with_suffix(".bin").stat().st_size
         # ONNX external data sits beside the model.
         for extra in self.meta.get("external_data", []):
             total += (self.path.parent / extra).stat().st_size

@@ -170,7 +170,7 @@ class Pipeline:
         options: dict[str, Any] = {"threads": self.config.bench.threads}
         if artifact.format == "onnx":
             options["optimization"] = optimization
-            options.update(artifact.meta.get("runner_options", {}))
+        options.update(artifact.meta.get("runner_options", {}))  # e.g. an OpenVINO IR's precision
         return open_runner(artifact.path, artifact.format, **options)
 
     def _accuracy(self, artifact: Artifact, reference: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +232,7 @@ class Pipeline:
             reference = self._reference(ctx)
             ctx.samples["reference"] = reference
             artifact = Artifact(source.path, source.format, stage=None)
+            ctx.facts["artifacts"] = {"source": artifact}  # lineage: later stages may need an earlier graph
             if ctx.torch_model is not None:
                 # Measure PyTorch eager before export runs: the exporter leaves global state behind.
                 self.emit("phase", {"text": "measuring PyTorch eager"})
@@ -240,6 +241,7 @@ class Pipeline:
                 current = record
                 self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
                 artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference)
+                ctx.facts["artifacts"][stage.name] = artifact
                 report.write(self.out)
                 self.emit("stage_end", record.to_json())
                 if record.status == "failed":

@@ -56,6 +56,8 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
         config.bench.enabled = False
     _apply_quantize_flags(ctx, config, params)
     apply_tensorrt_options(ctx, config)
+    if _given(ctx, "backend"):  # the build-cpu stage's [cpu] section (optcli/cpu/options.py)
+        config.extra.setdefault("cpu", {})["backend"] = params["backend"]
     return config
 
 
@@ -99,6 +101,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--target", type=click.Choice(TARGETS), default="auto", show_default=True,
               help="auto: TensorRT where an NVIDIA GPU and TensorRT work, else CPU.")
 @click.option("--config", type=click.Path(path_type=Path), help="TOML config [./optcli.toml or [tool.optcli]].")
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "openvino"]), default="auto", show_default=True,
+              help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
 @click.option("--force", is_flag=True, help="Rebuild every stage, ignoring cached results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (progress stays off).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset for export.")

@@ -50,9 +50,13 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
                     calibration_cache_path=str(ranges),
                     extra_options={"ActivationSymmetric": flavour.activation_symmetric, "WeightSymmetric": True})
             else:
+                # quantize_dynamic first rewrites each Gemm as a MatMul named `<name>_MatMul` (+ an Add)
+                # and only then checks nodes_to_exclude: without the renamed twin, excluding a Gemm
+                # silently does nothing (onnxruntime 1.31).
+                excluded = list(exclude) + [f"{n}_MatMul" for n in exclude]
                 q.quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(flavour.op_types),
                                    per_channel=False, reduce_range=False, weight_type=q.QuantType.QInt8,
-                                   nodes_to_exclude=list(exclude), extra_options={"MatMulConstBOnly": True})
+                                   nodes_to_exclude=excluded, extra_options={"MatMulConstBOnly": True})
     except Exception as exc:
         raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="exclude the failing node with --exclude NODE, or its op type with --exclude-op") from exc

@@ -1,0 +1,78 @@
+"""Accuracy of a runner on an evaluation set, and ONE interleaved latency run over several runners.
+
+Interleaving (A B C A B C ...) spreads machine drift and other tenants' load over every candidate
+alike; separate back-to-back runs on a shared machine can differ by 30% for the same model.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from optcli.accuracy import compare_outputs
+from optcli.calibration.dataset import SampleSet
+from optcli.latency import median_ci, stats_from_samples
+from optcli.runtime.base import Runner
+
+EVAL_BATCH = 32
+
+
+def runner_outputs(runner: Runner, samples: SampleSet) -> list[np.ndarray]:
+    """All outputs of `runner` over `samples`, concatenated over batches, in output order."""
+    chunks = [runner.run_normalized(runner.normalize(b)) for b in samples.batches(EVAL_BATCH)]
+    return [np.concatenate([np.asarray(c[i]) for c in chunks]) for i in range(len(chunks[0]))]
+
+
+def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str], samples: SampleSet) -> dict[str, Any]:
+    """compare_outputs of the runner against the FP32 reference on `samples` (labels give top-1)."""
+    outs = runner_outputs(runner, samples)
+    summary = compare_outputs(reference, outs, names, labels=samples.labels)
+    summary["samples"] = len(samples)
+    summary["data"] = samples.source
+    return summary
+
+
+def _separated(samples: dict[str, list[float]], contenders: list[str]) -> bool:
+    """Whether the two fastest contenders' medians have non-overlapping 95% intervals."""
+    if len(contenders) < 2:
+        return True
+    ranked = sorted(contenders, key=lambda n: float(np.median(samples[n])))
+    lo_hi = [median_ci(samples[n], resamples=300) for n in ranked[:2]]
+    return lo_hi[0][1] < lo_hi[1][0]
+
+
+def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *, batch: int, min_rounds: int = 5,
+                calls_per_round: int = 3, min_seconds: float = 5.0, max_seconds: float = 30.0,
+                warmup_runs: int = 3, contenders: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time every runner in rounds (each round: `calls_per_round` calls of each, in turn) until at
+    least `min_rounds` rounds and `min_seconds` have passed and the two fastest `contenders` (the
+    ones that may be chosen) are told apart, or until `max_seconds` (after 2 rounds).
+    Returns ({name: latency stats JSON with the median's 95% interval}, what was done)."""
+    for name, runner in runners.items():
+        for _ in range(warmup_runs):
+            runner.run_normalized(feeds[name])
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    rounds = 0
+    start = time.perf_counter()
+    while True:
+        for name, runner in runners.items():
+            f = feeds[name]
+            for _ in range(calls_per_round):
+                t0 = time.perf_counter()
+                runner.run_normalized(f)
+                samples[name].append((time.perf_counter() - t0) * 1000.0)
+        rounds += 1
+        elapsed = time.perf_counter() - start
+        if rounds >= min_rounds and elapsed >= min_seconds and _separated(samples, contenders or []):
+            break
+        if rounds >= 2 and elapsed >= max_seconds:
+            break
+    out = {}
+    for name, runner in runners.items():
+        stats = stats_from_samples(samples[name], batch, runner.backend, getattr(runner, "settings", {}))
+        d = stats.to_json()
+        d["p50_ci"] = [round(v, 4) for v in median_ci(samples[name])]
+        out[name] = d
+    return out, {"rounds": rounds, "calls_per_round": calls_per_round, "seconds": round(time.perf_counter() - start, 2),
+                 "batch": batch, "order": list(runners), "separated": _separated(samples, contenders or [])}

@@ -1,0 +1,99 @@
+"""CpuConfig: the `[cpu]` section of a compile config (the build-cpu stage), and which backends exist.
+
+    [cpu]
+    backend = "auto"        # --backend auto | onnxruntime | openvino
+    nncf = "auto"           # auto: an NNCF INT8 candidate where nncf is installed; off: never
+    min_rounds = 5          # the interleaved measurement: at least this many rounds ...
+    calls_per_round = 3     # ... of this many timed calls per candidate ...
+    min_seconds = 5.0       # ... and at least this long, and on while the two fastest candidates
+    max_seconds = 30.0      # are within noise, but never past this (it stops after that round)
+    keep_candidates = false # keep every candidate's files under candidates/ (else only the chosen one)
+
+Stored in CompileConfig.extra["cpu"] (a dict from TOML or the CLI), so config.py did not change.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from optcli.errors import MissingDependencyError, UsageError
+
+SECTION = "cpu"
+BACKENDS = ("auto", "onnxruntime", "openvino")
+NNCF_MODES = ("auto", "off")
+
+
+@dataclass
+class CpuConfig:
+    """How the build-cpu stage picks and measures its candidates."""
+
+    backend: str = "auto"
+    nncf: str = "auto"
+    min_rounds: int = 5
+    calls_per_round: int = 3
+    min_seconds: float = 5.0
+    max_seconds: float = 30.0
+    keep_candidates: bool = False
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown CPU backend {self.backend!r}", hint=f"use one of: {', '.join(BACKENDS)}")
+        if self.nncf not in NNCF_MODES:
+            raise UsageError(f"[cpu] nncf = {self.nncf!r}", hint="use auto or off")
+        if self.min_rounds < 1 or self.calls_per_round < 1:
+            raise UsageError("[cpu] min_rounds and calls_per_round must be >= 1")
+        if not 0 <= self.min_seconds <= self.max_seconds:
+            raise UsageError("[cpu] needs 0 <= min_seconds <= max_seconds")
+
+
+def cpu_config(config: Any) -> CpuConfig:
+    """The validated [cpu] section of a CompileConfig (defaults where absent)."""
+    raw = config.extra.get(SECTION, {})
+    if isinstance(raw, CpuConfig):
+        raw.validate()
+        return raw
+    if not isinstance(raw, dict):
+        raise UsageError("[cpu] must be a table", hint="e.g. [cpu] backend = \"openvino\"")
+    names = {f.name for f in dataclasses.fields(CpuConfig)}
+    values = {k.replace("-", "_"): v for k, v in raw.items()}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in [cpu]", hint=f"known keys: {', '.join(sorted(names))}")
+    cfg = CpuConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+def installed(module: str) -> bool:
+    """Whether a backend's module can be imported, without importing it (--help stays fast)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_request(config: Any, target: str) -> CpuConfig:
+    """Refuse, before anything runs, what no CPU backend here can do: a forced backend that is not
+    installed (exit 4, naming the extra), BF16 without OpenVINO, a backend with no path for the
+    precision asked for."""
+    cfg = cpu_config(config)
+    precision = config.quantize.precision
+    if target == "tensorrt":
+        if cfg.backend != "auto":
+            raise UsageError(f"--backend {cfg.backend} picks a CPU backend, but the target is tensorrt",
+                             hint="use --target cpu with --backend, or drop --backend")
+        return cfg
+    if cfg.backend == "openvino" and not installed("openvino"):
+        raise MissingDependencyError("openvino", "openvino", "--backend openvino")
+    if precision == "bf16":
+        if cfg.backend == "onnxruntime":
+            raise UsageError("onnxruntime has no BF16 path on the CPU",
+                             hint="use --backend openvino (or auto) for --bf16, or drop --bf16")
+        if not installed("openvino"):
+            raise MissingDependencyError("openvino", "openvino", "--bf16 on a CPU")
+    if precision == "fp16" and cfg.backend == "openvino":
+        raise UsageError("OpenVINO's CPU plugin has no FP16 arithmetic (it computes FP16 models in FP32 or BF16)",
+                         hint="use --bf16 with --backend openvino, or --fp16 with --backend onnxruntime")
+    return cfg
