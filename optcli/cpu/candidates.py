@@ -7,7 +7,8 @@ the precision becomes a skipped candidate with its reason, so the report says wh
 | fp32      | the input ONNX                | FP32 IR (INFERENCE_PRECISION_HINT f32)                        |
 | bf16      | - (no BF16 CPU path)          | IR with the bf16 hint (CPUs with BF16 only)                   |
 | fp16      | the input ONNX                | - (no FP16 arithmetic on CPUs)                                |
-| int8      | the quantize stage's graph    | that graph as IR (static Q/DQ only); qdq-s8s8 re-quantized; NNCF |
+| int8      | the quantize stage's graph    | that graph as IR (static Q/DQ only); NNCF (defaults, and the  |
+|           |                               | transformer setting for encoders); qdq-s8s8 re-quantized      |
 
 The choice: the fastest (median of one interleaved measurement) among the candidates that meet the
 accuracy tolerance on held-out data; a candidate that misses it is never chosen.
@@ -29,7 +30,7 @@ class Candidate:
     name: str                       # e.g. openvino-int8-nncf
     backend: str                    # onnxruntime | openvino
     precision: str                  # fp32 | bf16 | fp16 | int8 (what the graph computes in)
-    recipe: str                     # input | convert | convert-input | requantize-s8s8 | nncf
+    recipe: str                     # input | convert | convert-input | nncf | nncf-transformer | requantize-s8s8
     skip: str | None = None         # why it is not built
     path: Path | None = None        # the built model (.onnx or .xml)
     runner_options: dict[str, Any] = field(default_factory=dict)
@@ -66,11 +67,13 @@ class Candidate:
 
 
 def plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16: bool | None,
-         input_flavour: str | None, dynamic_input: bool) -> list[Candidate]:
+         input_flavour: str | None, dynamic_input: bool, encoder: bool = False) -> list[Candidate]:
     """The candidates for `precision` (pure: the caller says what is installed and what the input is).
 
     `nncf` is True, or a reason it is unavailable; `bf16` is whether the CPU has BF16 (None: not
-    asked, e.g. without OpenVINO); `input_flavour` is the quantize stage's flavour (int8 runs).
+    asked, e.g. without OpenVINO); `input_flavour` is the quantize stage's flavour (int8 runs);
+    `encoder`: a transformer encoder also gets NNCF's transformer setting (NNCF's defaults were
+    faster on one encoder here and lost a pretrained one; only measuring tells).
     """
     def ov(name: str, prec: str, recipe: str, skip: str | None = None) -> Candidate:
         if skip is None and backend == ORT:
@@ -106,9 +109,12 @@ def plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16
     if flavour == "qdq-s8s8":
         own.name = "openvino-int8-qdq-s8s8"
         s8s8.name = "openvino-int8-qdq-s8s8 (re-quantized)"
+    no_nncf = None if nncf is True else str(nncf)
     cands = [ort(f"onnxruntime-int8{'-' + flavour if flavour else ''}", "int8", "input"), own,
-             ov("openvino-int8-nncf", "int8", "nncf", None if nncf is True else str(nncf)), s8s8]
-    return cands
+             ov("openvino-int8-nncf", "int8", "nncf", no_nncf)]
+    if encoder:
+        cands.append(ov("openvino-int8-nncf-transformer", "int8", "nncf-transformer", no_nncf))
+    return cands + [s8s8]
 
 
 def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:

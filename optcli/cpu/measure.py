@@ -2,6 +2,11 @@
 
 Interleaving (A B C A B C ...) spreads machine drift and other tenants' load over every candidate
 alike; separate back-to-back runs on a shared machine can differ by 30% for the same model.
+
+Each turn is a block: untimed calls for `switch_ms` first, then timed calls for at least `block_ms`.
+Runtimes in one process disturb each other right after a switch: onnxruntime's pool threads
+spin-wait after a call, and a 0.7 ms OpenVINO model measured 1.0-2.3 ms when timed right after
+onnxruntime calls, 0.73 ms after 20 ms of untimed calls (0.68 ms alone).
 """
 from __future__ import annotations
 
@@ -43,25 +48,30 @@ def _separated(samples: dict[str, list[float]], contenders: list[str]) -> bool:
 
 
 def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *, batch: int, min_rounds: int = 5,
-                calls_per_round: int = 3, min_seconds: float = 5.0, max_seconds: float = 30.0,
-                warmup_runs: int = 3, contenders: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Time every runner in rounds (each round: `calls_per_round` calls of each, in turn) until at
-    least `min_rounds` rounds and `min_seconds` have passed and the two fastest `contenders` (the
-    ones that may be chosen) are told apart, or until `max_seconds` (after 2 rounds).
+                calls_per_round: int = 3, min_seconds: float = 5.0, max_seconds: float = 30.0, block_ms: float = 100.0,
+                switch_ms: float = 20.0, contenders: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time every runner in rounds (one block of each per round, in turn: untimed calls for
+    `switch_ms`, then timed calls for `block_ms` and at least `calls_per_round`) until at least
+    `min_rounds` rounds and `min_seconds` have passed and the two fastest `contenders` (the ones
+    that may be chosen) are told apart, or until `max_seconds` (after 2 rounds).
     Returns ({name: latency stats JSON with the median's 95% interval}, what was done)."""
-    for name, runner in runners.items():
-        for _ in range(warmup_runs):
-            runner.run_normalized(feeds[name])
     samples: dict[str, list[float]] = {name: [] for name in runners}
     rounds = 0
     start = time.perf_counter()
     while True:
         for name, runner in runners.items():
             f = feeds[name]
-            for _ in range(calls_per_round):
+            t_block = time.perf_counter()
+            runner.run_normalized(f)  # untimed: absorbs the switch from the previous runtime
+            while time.perf_counter() - t_block < switch_ms / 1000.0:
+                runner.run_normalized(f)
+            t_block = time.perf_counter()
+            done = 0
+            while done < calls_per_round or time.perf_counter() - t_block < block_ms / 1000.0:
                 t0 = time.perf_counter()
                 runner.run_normalized(f)
                 samples[name].append((time.perf_counter() - t0) * 1000.0)
+                done += 1
         rounds += 1
         elapsed = time.perf_counter() - start
         if rounds >= min_rounds and elapsed >= min_seconds and _separated(samples, contenders or []):
@@ -74,5 +84,6 @@ def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *,
         d = stats.to_json()
         d["p50_ci"] = [round(v, 4) for v in median_ci(samples[name])]
         out[name] = d
-    return out, {"rounds": rounds, "calls_per_round": calls_per_round, "seconds": round(time.perf_counter() - start, 2),
-                 "batch": batch, "order": list(runners), "separated": _separated(samples, contenders or [])}
+    return out, {"rounds": rounds, "min_calls_per_block": calls_per_round, "block_ms": block_ms,
+                 "switch_ms": switch_ms, "seconds": round(time.perf_counter() - start, 2), "batch": batch,
+                 "order": list(runners), "separated": _separated(samples, contenders or [])}

@@ -3,10 +3,12 @@
     [cpu]
     backend = "auto"        # --backend auto | onnxruntime | openvino
     nncf = "auto"           # auto: an NNCF INT8 candidate where nncf is installed; off: never
-    min_rounds = 5          # the interleaved measurement: at least this many rounds ...
-    calls_per_round = 3     # ... of this many timed calls per candidate ...
-    min_seconds = 5.0       # ... and at least this long, and on while the two fastest candidates
-    max_seconds = 30.0      # are within noise, but never past this (it stops after that round)
+    min_rounds = 5          # the interleaved measurement: at least this many rounds of one block per
+    calls_per_round = 3     # candidate (at least this many timed calls, and block_ms of them, after
+    block_ms = 100.0        # switch_ms of untimed calls), at least min_seconds, and on while the two
+    switch_ms = 20.0        # fastest candidates are within noise, but never past max_seconds
+    min_seconds = 5.0
+    max_seconds = 30.0
     keep_candidates = false # keep every candidate's files under candidates/ (else only the chosen one)
 
 Stored in CompileConfig.extra["cpu"] (a dict from TOML or the CLI), so config.py did not change.
@@ -33,6 +35,8 @@ class CpuConfig:
     nncf: str = "auto"
     min_rounds: int = 5
     calls_per_round: int = 3
+    block_ms: float = 100.0
+    switch_ms: float = 20.0
     min_seconds: float = 5.0
     max_seconds: float = 30.0
     keep_candidates: bool = False
@@ -46,6 +50,8 @@ class CpuConfig:
             raise UsageError("[cpu] min_rounds and calls_per_round must be >= 1")
         if not 0 <= self.min_seconds <= self.max_seconds:
             raise UsageError("[cpu] needs 0 <= min_seconds <= max_seconds")
+        if self.block_ms < 0 or self.switch_ms < 0:
+            raise UsageError("[cpu] block_ms and switch_ms must be >= 0")
 
 
 def cpu_config(config: Any) -> CpuConfig:

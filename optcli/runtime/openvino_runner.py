@@ -131,7 +131,8 @@ class OpenVINORunner(Runner):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"OpenVINO cannot compile {self.path.name} for the CPU: {first[:300]}",
                              hint="try precision='fp32', or rerun with --debug") from exc
-        self.precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        actual = self.compiled.get_property("INFERENCE_PRECISION_HINT")
+        self.precision = actual.get_type_name() if hasattr(actual, "get_type_name") else str(actual)
         super().__init__([_spec(p, i) for i, p in enumerate(self.compiled.inputs)],
                          [_spec(p, i) for i, p in enumerate(self.compiled.outputs)], concurrency)
         self._start()

@@ -37,7 +37,7 @@ from optcli.tensor_spec import random_inputs
 FP32_COSINE = 0.9999
 RANDOM_EVAL_SAMPLES = 32
 OV_HINTS = {"fp32": "f32", "bf16": "bf16"}
-QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0}
+QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_ms": 20.0, "switch_ms": 5.0}
 
 
 @register
@@ -88,11 +88,12 @@ class BuildCpuStage(Stage):
             from optcli.runtime.openvino_runner import cpu_supports_bf16
 
             bf16 = cpu_supports_bf16()
-        dynamic = False
+        dynamic = encoder = False
         if precision == "int8":
             ops = op_histogram(load_onnx(artifact.path, load_weights=False))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
-        return plan(precision, cfg.backend, openvino=has_ov, nncf=nncf, bf16=bf16,
+            encoder = looks_like_encoder(ops)
+        return plan(precision, cfg.backend, openvino=has_ov, nncf=nncf, bf16=bf16, encoder=encoder,
                     input_flavour=artifact.meta.get("flavour"), dynamic_input=dynamic)
 
     def skip_reason(self, artifact: Artifact) -> str | None:
@@ -141,14 +142,21 @@ class BuildCpuStage(Stage):
         raise StageError("cannot find the FP32 ONNX this model was made from",
                          hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
 
-    def _plain_float_onnx(self, artifact: Artifact) -> Path:
-        """The newest FP32 ONNX without onnxruntime's own ops: OpenVINO fuses for itself, and its
-        ONNX reader knows fewer com.microsoft ops than onnxruntime writes."""
-        for a in self._lineage(artifact):
+    def _openvino_source(self, artifact: Artifact) -> Artifact:
+        """The oldest FP32 ONNX of the run (the exporter's, or the user's own), for OpenVINO: its
+        frontend fuses for itself, and later rewrites cost it. NNCF INT8 of MiniLM ran 28% slower
+        from the simplified graph (MatMuls as Reshape + Gemm + Reshape), NNCF INT8 of BERT-base 10%
+        slower from the graph with onnxruntime's transformer fusions."""
+        for a in reversed(self._lineage(artifact)):
             if a.format == "onnx" and a.precision == "fp32" and a.path.exists():
-                if all(n.domain in ("", "ai.onnx") for n in load_onnx(a.path, load_weights=False).graph.node):
-                    return a.path
-        return self._float_onnx(artifact).path
+                return a
+        return self._float_onnx(artifact)
+
+    def _quantize_source(self, artifact: Artifact) -> Artifact:
+        """The FP32 ONNX an OpenVINO INT8 candidate starts from: the exporter's graph, unless the user
+        excluded nodes by name (the names are those of the quantize stage's input graph)."""
+        q = self.ctx.config.quantize
+        return self._float_onnx(artifact) if q.exclude_nodes else self._openvino_source(artifact)
 
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
@@ -183,7 +191,7 @@ class BuildCpuStage(Stage):
             folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
             t0 = time.perf_counter()
             try:
-                self._build(cand, artifact, float_art, folder, calib, cands)
+                self._build(cand, artifact, folder, calib, cands)
                 cand.build["seconds"] = round(time.perf_counter() - t0, 3)
                 self._evaluate(cand, reference, names, ev, tol, threads)
             except OptcliError as exc:
@@ -212,8 +220,8 @@ class BuildCpuStage(Stage):
         accuracy["reference"] = "fp32-onnx"
         return StageResult(out, details, accuracy=accuracy)
 
-    def _build(self, cand: Candidate, artifact: Artifact, float_art: Artifact, folder: Path,
-               calib: SampleSet | None, cands: list[Candidate]) -> None:
+    def _build(self, cand: Candidate, artifact: Artifact, folder: Path, calib: SampleSet | None,
+               cands: list[Candidate]) -> None:
         from optcli.cpu.openvino_ir import convert_onnx, nncf_int8
 
         facts = {"candidate": cand.name, "source_sha256": artifact.sha256}
@@ -224,19 +232,19 @@ class BuildCpuStage(Stage):
             return
         hint = OV_HINTS.get(cand.precision) or self._int8_remainder()
         if cand.recipe == "convert":
-            cand.path, cand.build = convert_onnx(self._plain_float_onnx(artifact), folder, hint, facts)
+            cand.path, cand.build = convert_onnx(self._openvino_source(artifact).path, folder, hint, facts)
         elif cand.recipe == "convert-input":
             cand.path, cand.build = convert_onnx(artifact.path, folder, hint, facts)
-        elif cand.recipe == "nncf":
-            named = self._named_float(float_art, folder.parent.parent)
+        elif cand.recipe in ("nncf", "nncf-transformer"):
+            named = self._named_float(self._quantize_source(artifact), folder.parent.parent)
             q = self.ctx.config.quantize
-            encoder = looks_like_encoder(op_histogram(load_onnx(named, load_weights=False)))
-            cand.path, cand.build = nncf_int8(named, folder, calib, transformer=encoder, exclude_nodes=q.exclude_nodes,
-                                              exclude_ops=q.exclude_ops, facts=facts, precision=hint)
+            cand.path, cand.build = nncf_int8(named, folder, calib, transformer=cand.recipe == "nncf-transformer",
+                                              exclude_nodes=q.exclude_nodes, exclude_ops=q.exclude_ops, facts=facts,
+                                              precision=hint)
         elif cand.recipe == "requantize-s8s8":
             # Another OpenVINO INT8 candidate already within tolerance makes the (slow) fallback moot.
             fallback = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
-            onnx_path, info = self._requantize(float_art, folder / "qdq", fallback)
+            onnx_path, info = self._requantize(self._quantize_source(artifact), folder / "qdq", fallback)
             cand.path, cand.build = convert_onnx(onnx_path, folder, hint, facts)
             cand.build.update(info)
         else:
@@ -255,7 +263,7 @@ class BuildCpuStage(Stage):
         """The FP32 ONNX with every node named as the quantize stage names them (--exclude matches)."""
         from optcli.quantize.int8 import name_nodes
 
-        named = workdir / "float-named.onnx"
+        named = workdir / f"float-{float_art.sha256[:12]}-named.onnx"
         if not named.exists():
             name_nodes(float_art.path, named)
         return named
@@ -316,6 +324,7 @@ class BuildCpuStage(Stage):
             feeds = {name: r.normalize(arrays) for name, r in runners.items()}
             stats, info = interleaved(runners, feeds, batch=batch, min_rounds=cfg.min_rounds,
                                       calls_per_round=cfg.calls_per_round, min_seconds=cfg.min_seconds,
+                                      block_ms=cfg.block_ms, switch_ms=cfg.switch_ms,
                                       max_seconds=cfg.max_seconds, contenders=[c.name for c in ran if c.passed])
         finally:
             for r in runners.values():

@@ -1,0 +1,58 @@
+"""The interleaved measurement: blocks in turn, untimed calls after each switch, stops when told apart."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from optcli.cpu.measure import interleaved
+from optcli.runtime.base import Runner
+from optcli.tensor_spec import TensorSpec
+
+
+class SleepRunner(Runner):
+    """A runner whose every call takes `ms` (a stand-in for a model; counts its calls)."""
+
+    backend = "sleep"
+
+    def __init__(self, ms: float) -> None:
+        super().__init__([TensorSpec("x", (1,), "float32")], [TensorSpec("y", (1,), "float32")])
+        self.ms = ms
+        self.calls = 0
+        self._start()
+
+    def _make_handle(self) -> Any:
+        return object()
+
+    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+        self.calls += 1
+        end = time.perf_counter() + self.ms / 1000.0
+        while time.perf_counter() < end:
+            pass
+        return [feeds["x"]]
+
+
+def test_blocks_in_turn_with_untimed_switch_calls() -> None:
+    fast, slow = SleepRunner(1.0), SleepRunner(3.0)
+    runners = {"fast": fast, "slow": slow}
+    feeds = {k: r.normalize({"x": [1.0]}) for k, r in runners.items()}
+    stats, info = interleaved(runners, feeds, batch=1, min_rounds=3, calls_per_round=2, min_seconds=0.0,
+                              max_seconds=5.0, block_ms=10.0, switch_ms=4.0, contenders=["fast", "slow"])
+    assert info["rounds"] >= 3 and info["order"] == ["fast", "slow"] and info["separated"] is True
+    assert 0.9 < stats["fast"]["p50"] < 2.0 and 2.9 < stats["slow"]["p50"] < 5.0
+    assert stats["fast"]["p50_ci"][1] < stats["slow"]["p50_ci"][0]
+    # Untimed calls after each switch are not in the samples: calls made > calls timed.
+    assert fast.calls > stats["fast"]["runs"] and slow.calls > stats["slow"]["runs"]
+    assert stats["slow"]["runs"] >= 2 * info["rounds"]
+
+
+def test_a_near_tie_keeps_measuring_until_max_seconds() -> None:
+    a, b = SleepRunner(1.0), SleepRunner(1.0)
+    runners = {"a": a, "b": b}
+    feeds = {k: r.normalize({"x": [1.0]}) for k, r in runners.items()}
+    t0 = time.perf_counter()
+    _, info = interleaved(runners, feeds, batch=1, min_rounds=2, calls_per_round=1, min_seconds=0.0,
+                          max_seconds=0.3, block_ms=5.0, switch_ms=0.0, contenders=["a", "b"])
+    if info["separated"]:  # two equal sleeps told apart by chance: it stops as soon as it may
+        assert info["rounds"] == 2
+    else:
+        assert time.perf_counter() - t0 >= 0.3 and info["rounds"] > 2
