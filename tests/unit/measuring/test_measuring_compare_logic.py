@@ -68,3 +68,16 @@ def test_recommend_fastest_within_tolerance_and_name_a_near_tie() -> None:
     assert name == "fp16" and "within noise of fp32" in reason
     name, reason = recommend([int8])
     assert name is None and "misses the accuracy tolerance" in reason
+
+
+def test_recommend_never_picks_a_variant_another_beats_beyond_noise() -> None:
+    # fp32 has the lowest p50 by a jitter (the CIs overlap), but fp16 is faster beyond noise at
+    # batch 8 and half the size: fp16 dominates fp32, so fp16 is recommended and it is on the front.
+    # (CI caught this once: the fastest-p50 rule alone recommended a variant outside the Pareto set.)
+    fp32 = _v("fp32", 1.00, 5.0, 1000, 1.0)
+    fp16 = _v("fp16", 1.01, 4.0, 500, 1.0)
+    int8 = _v("int8", 0.5, 2.0, 300, 0.9, ok=False)
+    variants = [fp32, fp16, int8]
+    name, reason = recommend(variants)
+    assert name == "fp16" and name in pareto_set(variants) and "fp32" not in pareto_set(variants)
+    assert "fp32 had the lowest p50" in reason and "within noise of fp32" in reason
