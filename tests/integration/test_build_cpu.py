@@ -12,11 +12,11 @@ from cpu_fixtures import QUICK, mlp_onnx, npz_dir
 
 from optcli import api
 from optcli.cli.main import main
+from optcli.cpu.options import installed
 from optcli.errors import AccuracyError, UsageError
 from optcli.runtime import open_runner
 
-needs_openvino = pytest.mark.skipif(
-    __import__("importlib").util.find_spec("openvino") is None, reason="needs the openvino extra")
+needs_openvino = pytest.mark.skipif(not installed("openvino"), reason="needs the openvino extra")
 
 
 @pytest.fixture(scope="module")
