@@ -15,11 +15,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[$(EXTRA)]"
+	$(PIP) -e ".[$(EXTRA),samples]"
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed
-	$(PIP) -e ".[$(EXTRA),test]" "$(TORCH)"
+	$(PIP) -e ".[$(EXTRA),samples,test]" "$(TORCH)"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -33,6 +33,8 @@ samples: $(SAMPLES)/.built
 
 demo: samples
 	$(VENV)/bin/optcli compile $(SAMPLES)/digits_cnn.pt2 --out optcli-out/digits_cnn
+	$(VENV)/bin/optcli compile $(SAMPLES)/digits_cnn.pt2 --out optcli-out/digits_cnn-int8 --int8 \
+		--calib calibration/digits_cnn/calib --eval calibration/digits_cnn/eval
 
 test: $(VENV)/.dev-installed
 	$(PY) -m pytest -q

@@ -103,3 +103,120 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
                             graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
                             warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
     return write_repository(source, repo, options, name=name, version=version, force=force)
+
+
+def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, **options: Any) -> Any:
+    """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
+    .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
+
+    Returns a Runner: `predict(inputs)`, `predict_async(inputs)` -> Future, `close()`, and a context
+    manager. `concurrency=N` keeps N sessions/contexts so N calls run at once; `device` is "cpu" or
+    "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
+    `optimization` for onnxruntime).
+    """
+    from optcli.benchmark.artifacts import open_artifact, resolve_artifact
+
+    return open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+
+
+def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int | list[int] = 1,
+          baseline: str | Path | None = None, max_regression: str | float = "10%", regression_metric: str = "p50",
+          save_baseline: str | Path | None = None, check: bool = True, **settings: Any) -> Any:
+    """Measure latency and throughput over batch x concurrency; returns a BenchResult (`to_json()`).
+
+    `settings` are BenchSettings fields (warmup_runs, warmup_seconds, runs, min_seconds, max_seconds,
+    latency_budget_ms, threads, device, inputs_dir, pins). With `baseline`, each point is compared
+    against that file and, when `check`, a rise of `regression_metric` (p50, or a fall of
+    throughput) beyond `max_regression` raises RegressionError (the result is on `.result`);
+    `save_baseline` writes the result as a new baseline.
+    """
+    from optcli.benchmark.artifacts import resolve_artifact
+    from optcli.benchmark.baseline import (compare_to_baseline, load_baseline, parse_bound, regression_error,
+                                           save_baseline as write_baseline)
+    from optcli.benchmark.sweep import BenchSettings, run_sweep
+    from optcli.errors import UsageError
+
+    known = {f for f in BenchSettings.__dataclass_fields__} - {"batches", "concurrency"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UsageError(f"unknown bench option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
+    if settings.get("inputs_dir") is not None:
+        settings["inputs_dir"] = Path(settings["inputs_dir"])
+    bound = parse_bound(max_regression)
+    base = load_baseline(Path(baseline)) if baseline is not None else None  # fail before measuring
+    resolved = resolve_artifact(artifact)
+    result = run_sweep(resolved, BenchSettings(batches=[batch] if isinstance(batch, int) else list(batch),
+                                               concurrency=[concurrency] if isinstance(concurrency, int)
+                                               else list(concurrency), **settings))
+    if save_baseline is not None:
+        write_baseline(result, Path(save_baseline))
+    if base is not None:
+        result.regression = compare_to_baseline(result, base, bound, regression_metric)
+        if check and result.regression["regressed"]:
+            exc = regression_error(result.regression, baseline)
+            exc.result = result  # type: ignore[attr-defined]
+            raise exc
+    return result
+
+
+def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: int = 10,
+            optimization: str = "all", threads: int | None = None, inputs_dir: str | Path | None = None,
+            pins: list[str] | None = None) -> Any:
+    """Per-layer time of an artifact: onnxruntime's profiler for .onnx, TensorRT's layer profiler for
+    .engine; returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
+    from optcli.benchmark.artifacts import resolve_artifact
+    from optcli.errors import UsageError
+
+    resolved = resolve_artifact(artifact)
+    folder = Path(inputs_dir) if inputs_dir is not None else None
+    if resolved.format == "onnx":
+        from optcli.profiling.onnxruntime_profile import profile_onnx
+
+        return profile_onnx(resolved, batch=batch, runs=runs, warmup=warmup, optimization=optimization,
+                            threads=threads, inputs_dir=folder, pins=pins)
+    if resolved.format == "engine":
+        from optcli.profiling.tensorrt_profile import profile_engine
+
+        return profile_engine(resolved, batch=batch, runs=runs, warmup=warmup, inputs_dir=folder, pins=pins)
+    raise UsageError(f"per-layer profiles need an .onnx or .engine artifact, not {resolved.format}",
+                     hint="compile the model first (optcli compile) and profile its report.json")
+
+
+def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, define: list[str] | None = None,
+            out: str | Path | None = None, inputs: list[str] | None = None, target: str = "auto",
+            calib: str | Path | None = None, eval_dir: str | Path | None = None,
+            tolerance: str | dict[str, float] | None = None, force: bool = False, check: bool = True,
+            on_event: Event | None = None, **measure: Any) -> Any:
+    """Build each variant through the pipeline, measure all in one interleaved run and recommend the
+    fastest within `tolerance` (e.g. "cosine=0.99"); writes compare.json and compare.md into `out`.
+
+    `variants` are precisions or names defined in `define` ("nofuse:fuse.enabled=false"). With
+    `check`, no variant within tolerance raises AccuracyError (the result is on `.result`).
+    `measure` are InterleaveSettings fields (runs, min_seconds, max_seconds, ...).
+    """
+    from optcli.comparison.interleave import InterleaveSettings
+    from optcli.comparison.variants import parse_variants
+    from optcli.comparison.workflow import run_compare
+    from optcli.errors import AccuracyError, StageError, UsageError
+    from optcli.quantize.tolerance import parse_tolerance
+
+    tol = parse_tolerance([tolerance]) if isinstance(tolerance, str) else tolerance
+    known = set(InterleaveSettings.__dataclass_fields__)
+    if set(measure) - known:
+        raise UsageError(f"unknown compare option {sorted(set(measure) - known)[0]!r}",
+                         hint=f"options: {', '.join(sorted(known))}")
+    result = run_compare(str(model), parse_variants(variants, define), out=Path(out) if out else None,
+                         inputs=[parse_input_spec(s) for s in inputs or []], target=target,
+                         calib=Path(calib) if calib else None, eval_dir=Path(eval_dir) if eval_dir else None,
+                         tolerance=tol, force=force, measure=InterleaveSettings(**measure), on_event=on_event)
+    if check and result.recommended is None:
+        if not result.measured():
+            first = result.variants[0].error or {}
+            exc: OptcliError = StageError(f"no variant could be built: {first.get('message', '?')}",
+                                          hint=first.get("hint") or "see compare.md for each variant's error")
+        else:
+            exc = AccuracyError(f"no variant meets the tolerance ({result.reason})",
+                                hint="loosen --tolerance, add --calib data for int8, or exclude sensitive nodes")
+        exc.result = result  # type: ignore[attr-defined]
+        raise exc
+    return result

@@ -9,6 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _default_mode(base: int) -> int:
+    """The mode a plain open()/mkdir() would give: mkstemp/mkdtemp make private 0600/0700 files."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
+
+
 @contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path beside `final`; rename it onto `final` only if the block succeeds."""
@@ -18,6 +25,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, _default_mode(0o666))
         os.replace(tmp, final)
     finally:
         if tmp.exists():
@@ -36,6 +44,7 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
     try:
         yield tmp
+        os.chmod(tmp, _default_mode(0o777))
         if final.exists():
             old = final.with_name(f".{final.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -113,6 +113,8 @@ class CompileConfig:
     def validate(self) -> None:
         if self.target not in TARGETS:
             raise UsageError(f"unknown target {self.target!r}", hint=f"use one of: {', '.join(TARGETS)}")
+        if self.export.opset < 17:
+            raise UsageError(f"opset {self.export.opset} is too old", hint="optcli exports opset 17 or newer (default 18)")
         if self.fuse.level not in ("basic", "extended"):
             raise UsageError(f"unknown fuse level {self.fuse.level!r}",
                              hint="use basic or extended (the all level writes CPU-specific layouts)")
@@ -136,10 +138,11 @@ def model_stem(model: str) -> str:
 
 def _fill(cls: type, values: dict[str, Any], where: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
+    values = {k.replace("-", "_"): v for k, v in values.items()}  # static-batch = static_batch
     unknown = sorted(set(values) - set(names))
     if unknown:
         raise UsageError(f"unknown key {unknown[0]!r} in [{where}]", hint=f"known keys: {', '.join(sorted(names))}")
-    return cls(**{k.replace("-", "_"): v for k, v in values.items()})
+    return cls(**values)
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -167,8 +170,8 @@ def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
             setattr(cfg, key, Path(top.pop(key)) if key == "out" else top.pop(key))
     if "inputs" in top:
         cfg.inputs = [parse_input_spec(s) for s in top.pop("inputs")]
-    if top:
-        cfg.extra.setdefault("compile", {}).update(top)
+    if top:  # nothing reads other [compile] keys: a typo must not pass silently
+        raise UsageError(f"unknown key {sorted(top)[0]!r} in [compile]", hint="known keys: force, inputs, out, target")
     for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
                          ("bench", BenchConfig), ("accuracy", AccuracyConfig), ("quantize", QuantizeConfig)):
         if section in data:

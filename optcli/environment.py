@@ -54,5 +54,15 @@ def environment() -> dict[str, Any]:
         "openvino": package_version("openvino"),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "gpu": gpu_name(),
     }
+
+
+def busy_warning(env: dict[str, Any]) -> str | None:
+    """A warning when other work was running: PyTorch eager (OpenMP) timings degrade worst."""
+    load, cores = env.get("load_average_1m"), env.get("cpu_count") or 1
+    if load is not None and load > 0.75 * cores:
+        return (f"the machine was busy (load average {load} on {cores} cores): latency figures are noisy, "
+                f"PyTorch eager worst of all; rerun on an idle machine before trusting speedups")
+    return None

@@ -49,6 +49,7 @@ class TorchModel:
     example: dict[str, Any] = field(default_factory=dict)   # name -> example tensor, if known
     exported_program: Any = None         # for .pt2
     int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
+    fixed_batch: int | None = None       # a batch size the model itself fixes (.pt2 exported static)
 
 
 def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
@@ -141,19 +142,34 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
                              hint="is the file truncated? re-save it with torch.jit.save") from None
         if not pinned:
             raise UsageError(f"{source.path} is TorchScript, which does not record input shapes", hint=_INPUTS_HINT)
-        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+        return _from_pins(module.eval(), pinned)
     if source.format == "pickle":
+        # As under `python`, the working folder is importable, so "run from its project" works for the
+        # `optcli` script too (its sys.path[0] is the script's bin folder).
+        sys.path.insert(0, str(Path.cwd()))
         try:
             module = torch.load(source.path, map_location="cpu", weights_only=False)
         except Exception as exc:
             raise UsageError(f"{source.path} could not be unpickled: {str(exc).splitlines()[0][:200]}",
                              hint="the module's class must be importable (run from its project, or set PYTHONPATH)") from None
+        finally:
+            sys.path.remove(str(Path.cwd()))
         if not pinned:
             raise UsageError(f"{source.path} is a pickled module with no recorded input shapes", hint=_INPUTS_HINT)
-        return TorchModel(module.eval(), [with_default_dtype(p) for p in pinned])
+        return _from_pins(module.eval(), pinned)
     if source.format == "python":
         return _load_python(torch, source, pinned)
     raise UsageError(f"{source.path} is not a PyTorch model")
+
+
+def _from_pins(module: Any, pinned: list[TensorSpec]) -> TorchModel:
+    """A model known only by its --input pins: random token ids must stay inside its embedding tables."""
+    specs = [with_default_dtype(p) for p in pinned]
+    rows = [int(m.weight.shape[0]) for m in module.modules()
+            if "Embedding" in (getattr(m, "original_name", None) or type(m).__name__)
+            and getattr(m, "weight", None) is not None and m.weight.dim() == 2]
+    int_high = {s.name: min(rows) for s in specs if rows and s.dtype.startswith(("int", "uint"))}
+    return TorchModel(module, specs, int_high=int_high)
 
 
 def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
@@ -164,12 +180,19 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
                          hint="is it truncated, or saved by a much newer torch?") from None
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     args, kwargs = ep.example_inputs or ((), {})
-    example_values = list(args) + list((kwargs or {}).values())
+    kwargs = kwargs or {}
+    example_values = list(args) + list(kwargs.values())
+    module = ep.module()
+    if kwargs:
+        # Programs exported with keyword inputs (the transformers style) must be called by keyword;
+        # everything else in optcli calls models positionally in input order.
+        module = _keyword_adapter(torch, module, positional=len(args), keywords=list(kwargs))
     if not example_values:
         if not pinned:
             raise UsageError(f"{source.path} carries no example inputs", hint=_INPUTS_HINT)
-        return TorchModel(ep.module(), [with_default_dtype(p) for p in pinned], exported_program=ep)
+        return TorchModel(module, [with_default_dtype(p) for p in pinned], exported_program=ep)
     specs, example, int_high = [], {}, {}
+    fixed_batch = None
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for name, value in zip(names, example_values):
         node = placeholders.get(name)
@@ -178,12 +201,29 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
         for i, d in enumerate(value.shape):
             sym = fake is not None and not isinstance(fake.shape[i], int)
             shape.append("batch" if sym and i == 0 else (f"{name}_dim{i}" if sym else int(d)))
+            if i == 0 and not sym and fake is not None and fixed_batch is None:
+                fixed_batch = int(d)
         specs.append(TensorSpec(name, tuple(shape), str(value.dtype).replace("torch.", "")))
         example[name] = value
         if not value.dtype.is_floating_point and value.numel():
             int_high[name] = int(value.max()) + 1
     specs = merge_pinned(specs, pinned) if pinned else specs
-    return TorchModel(ep.module(), specs, example=example, exported_program=ep, int_high=int_high)
+    return TorchModel(module, specs, example=example, exported_program=ep, int_high=int_high,
+                      fixed_batch=fixed_batch)
+
+
+def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str]) -> Any:
+    """Wrap `module` so module(*inputs) calls it with the last inputs as keywords."""
+
+    class KeywordAdapter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(*inputs[:positional], **dict(zip(keywords, inputs[positional:])))
+
+    return KeywordAdapter()  # no .eval(): an exported module refuses train()/eval() calls
 
 
 def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
@@ -204,7 +244,11 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     if not callable(fn):
         raise UsageError(f"{source.path} has no function {source.factory!r}",
                          hint=f"define def {source.factory}() -> nn.Module in {source.path.name}")
-    result = fn()
+    try:
+        result = fn()
+    except Exception as exc:  # the user's code failed, not optcli
+        raise UsageError(f"{source.spec} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                         hint="run the factory with python to see the error (or use --debug)") from exc
     example_inputs = None
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module):
         result, example_inputs = result
@@ -222,7 +266,7 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
             if p.name not in names:
                 raise UsageError(f"--input {p.name}: forward() has no parameter of that name",
                                  hint=f"forward takes: {', '.join(names)}")
-        return TorchModel(result, [with_default_dtype(p) for p in pinned])
+        return _from_pins(result, pinned)
     if isinstance(example_inputs, dict):
         items = list(example_inputs.items())
     else:

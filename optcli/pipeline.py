@@ -32,7 +32,7 @@ from optcli.onnx_model import graph_summary, io_specs, load_onnx
 from optcli.report import RunReport, StageReport
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
-from optcli.tensor_spec import merge_pinned, random_inputs
+from optcli.tensor_spec import TensorSpec, format_shape, merge_pinned, random_inputs, with_batch
 
 Event = Callable[[str, dict[str, Any]], None]
 STAGE_RECORD = "stage.json"
@@ -60,6 +60,11 @@ class Pipeline:
 
     def __init__(self, config: CompileConfig, on_event: Event | None = None) -> None:
         config.validate()
+        owned = {cls.config_section for cls in all_stages() if cls.config_section}
+        unknown = sorted(set(config.extra) - owned)
+        if unknown:
+            known = ["compile", "export", "simplify", "fuse", "bench", "accuracy", "quantize", *sorted(owned)]
+            raise UsageError(f"unknown config table [{unknown[0]}]", hint=f"known tables: {', '.join(known)}")
         self.config = config
         self.emit = on_event or _noop
         self.out = config.out_dir()
@@ -72,12 +77,30 @@ class Pipeline:
         if source.is_torch:
             torch_model = load_torch(source, pinned)
             inputs = torch_model.inputs
+            fixed = torch_model.fixed_batch
         else:
             model = load_onnx(source.path, load_weights=False)
             inputs, _ = io_specs(model)
+            firsts = [s.shape[0] for s in inputs if s.shape]
+            fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
+        inputs = self._batch_dim(inputs, fixed)
+        if torch_model is not None:
+            torch_model.inputs = inputs
         return StageContext(config=self.config, source=source, inputs=inputs, target=target,
                             out_dir=self.out, torch_model=torch_model)
+
+    def _batch_dim(self, inputs: list[TensorSpec], fixed: int | None) -> list[TensorSpec]:
+        """Dim 0 is the batch: dynamic unless --static-batch or the model itself fixes it (a pinned size
+        like --input x:1x3x224x224 is then only an example). A fixed batch is the one size the model
+        takes, so the reference, the checks and the latency all run at it."""
+        if fixed is None and self.config.export.static_batch:
+            first = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+            fixed = first if isinstance(first, int) else 1
+        if fixed is None:
+            return with_batch(inputs, "batch")
+        self.config.bench.batch = self.config.accuracy.batch = fixed
+        return with_batch(inputs, fixed)
 
     def _reference(self, ctx: StageContext) -> dict[str, Any]:
         """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""
@@ -86,6 +109,13 @@ class Pipeline:
         runner = self._source_runner(ctx)
         try:
             outs = runner.run_normalized(runner.normalize(feeds))
+        except OptcliError:
+            raise
+        except Exception as exc:  # the model refuses inputs built from --input: bad input, not a bug
+            given = ", ".join(f"{n}:{format_shape(v.shape)}:{v.dtype}" for n, v in feeds.items())
+            raise UsageError(f"the model fails on inputs {given}: {_model_error_line(exc)}",
+                             hint="check the --input names, shapes and dtypes, e.g. --input input_ids:1x128:int64"
+                             ) from exc
         finally:
             runner.close()
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
@@ -229,6 +259,7 @@ class Pipeline:
                 current.status, current.reason = "interrupted", "interrupted by the user"
             report.status = "interrupted"
             report.error = {"type": "KeyboardInterrupt", "message": "interrupted", "hint": None, "exit_code": 130}
+            _mark_not_run(report, "the run was interrupted")
             report.seconds = round(time.perf_counter() - t_start, 3)
             report.write(self.out)
             raise
@@ -237,9 +268,19 @@ class Pipeline:
                 current.status, current.reason = "failed", exc.message
             report.status = "failed"
             report.error = _error_json(exc, current.name if current else None)
-        for s in report.stages:
-            if s.status == "pending":
-                s.status, s.reason = "not-run", "an earlier stage failed"
+        except Exception as exc:  # a bug: the report still says what did not finish; the CLI shows it
+            message = f"internal error: {type(exc).__name__}: {_model_error_line(exc)}"
+            if current is not None:
+                current.status, current.reason = "failed", message
+            report.status = "failed"
+            report.error = {"type": type(exc).__name__, "message": message, "hint": "rerun with --debug",
+                            "exit_code": 1, "stage": current.name if current else None}
+            _mark_not_run(report, "an earlier stage failed" if current else "the run failed before this stage")
+            report.seconds = round(time.perf_counter() - t_start, 3)
+            report.write(self.out)
+            raise
+        failed_stage = any(s.status == "failed" for s in report.stages)
+        _mark_not_run(report, "an earlier stage failed" if failed_stage else "the run failed before this stage")
         report.seconds = round(time.perf_counter() - t_start, 3)
         report.write(self.out)
         self.emit("run_end", {"status": report.status})
@@ -323,8 +364,8 @@ class Pipeline:
             g = graph_summary(after.path)
             record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
         try:
-            lat_before = self._measure(ctx, before)
-            lat_after = self._measure(ctx, after)
+            lat_before = self._measure(ctx, before, stage.measure_optimization)
+            lat_after = self._measure(ctx, after, stage.measure_optimization)
             record.accuracy = accuracy if accuracy is not None else self._accuracy(after, reference)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
@@ -348,6 +389,19 @@ class Pipeline:
                 "runner_options": artifact.meta.get("runner_options", {}),
                 "latency_ms": deployed.to_json() if deployed else None,
                 "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
+
+
+def _mark_not_run(report: RunReport, reason: str) -> None:
+    for s in report.stages:
+        if s.status == "pending":
+            s.status, s.reason = "not-run", reason
+
+
+def _model_error_line(exc: Exception) -> str:
+    """The line of a model's exception that says what went wrong (TorchScript puts it last)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+    line = lines[-1] if lines[0].startswith("The following operation failed in the TorchScript") else lines[0]
+    return line.removeprefix("RuntimeError: ")[:300]
 
 
 def _error_json(exc: OptcliError, stage: str | None) -> dict[str, Any]:

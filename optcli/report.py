@@ -99,21 +99,30 @@ STAGE_COLUMNS = ["stage", "status", "seconds", "nodes", "p50 before ms", "p50 af
                  "max abs err", "cosine min"]
 
 
+def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines (a `|` inside a cell would split it: written as `/`)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+
+
 def to_markdown(report: RunReport) -> str:
+    from optcli.environment import busy_warning
+
+    warning = busy_warning(report.environment)
     lines = [f"# optcli report: {Path(report.model['path']).name}", "",
+             *([f"> **Warning:** {warning}", ""] if warning else []),
              f"- status: **{report.status}**" + (f" ({report.error['message']})" if report.error else ""),
              f"- target: {report.target}; optcli {report.optcli_version}; "
              f"torch {report.environment.get('torch')}; onnxruntime {report.environment.get('onnxruntime')}",
              f"- cpu: {report.environment.get('cpu')} ({report.environment.get('cpu_count')} cores); "
              f"gpu: {report.environment.get('gpu') or 'none'}", ""]
-    lines.append("| " + " | ".join(STAGE_COLUMNS) + " |")
-    lines.append("|" + "---|" * len(STAGE_COLUMNS))
-    for row in stage_rows(report):
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    lines += markdown_table(STAGE_COLUMNS, stage_rows(report))
     lines.append("")
-    lines.append("Latency: batch 1, p50 over timed runs after warm-up. Stages on ONNX measure before and after "
-                 "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; the export "
-                 "stage's 'before' is PyTorch eager. Accuracy is against the FP32 reference on fixed inputs.")
+    lines.append("Latency: batch 1, p50 over timed runs after warm-up. Graph stages measure before and after "
+                 "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; quantize "
+                 "stages with them **on** (onnxruntime turns Q/DQ into integer kernels only when it optimizes); "
+                 "each entry's `settings` says which. The export stage's 'before' is PyTorch eager. Accuracy is "
+                 "against the FP32 reference (quantize stages: on held-out data).")
     if report.final:
         f = report.final
         lines += ["", "## Final artifact", "",

@@ -59,7 +59,8 @@ class TensorSpec:
             else:
                 raise UsageError(
                     f"input {self.name!r} has a dynamic dim {d!r} at axis {i} and no size for it",
-                    hint=f"pin it with --input {self.name}:{'x'.join(str(x) if isinstance(x, int) else '128' for x in self.shape)}",
+                    hint=f"pin it with --input {self.name}:"
+                         f"{'x'.join(str(x) if isinstance(x, int) else '1' if j == 0 else '128' for j, x in enumerate(self.shape))}",
                 )
         return tuple(dims)
 
@@ -143,6 +144,16 @@ def merge_pinned(specs: list[TensorSpec], pinned: list[TensorSpec]) -> list[Tens
 def with_default_dtype(spec: TensorSpec) -> TensorSpec:
     """A pin used as the whole spec (TorchScript): no dtype given means float32."""
     return spec if spec.dtype else TensorSpec(spec.name, spec.shape, "float32", spec.profile)
+
+
+def with_batch(specs: list[TensorSpec], batch: Dim) -> list[TensorSpec]:
+    """Set dim 0 (the batch) of every spec: an int fixes it; a str makes a fixed dim dynamic."""
+    out = []
+    for s in specs:
+        if s.shape and (isinstance(batch, int) or isinstance(s.shape[0], int)):
+            s = TensorSpec(s.name, (batch, *s.shape[1:]), s.dtype, s.profile)
+        out.append(s)
+    return out
 
 
 def format_shape(shape: tuple[Dim, ...] | list[Dim]) -> str:

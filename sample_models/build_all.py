@@ -48,7 +48,8 @@ def _io_facts(spec: ModuleType, model: torch.nn.Module) -> dict:
     with torch.no_grad():
         out = model(*args)
     def fact(name: str, t: torch.Tensor) -> dict:
-        return {"name": name, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).split(".")[-1]}
+        dtype = str(t.dtype).removeprefix("torch.")
+        return {"name": name, "shape": ["batch", *t.shape[1:]], "dtype": dtype}
     return {
         "inputs": [fact(n, a) for n, a in zip(spec.INPUT_NAMES, args)],
         "outputs": [fact("logits", out)],
@@ -79,12 +80,19 @@ def build_model(spec: ModuleType, out_dir: Path, seed: int = 0) -> dict:
             _check_close(f"{pt2.name} batch {b}", loaded_pt2(*check_args), want)
             _check_close(f"{ts.name} batch {b}", loaded_ts(*check_args), want)
 
+    # Accuracy on the eval folder written by --calibration-dir: the reference for INT8 checks.
+    evalset = spec.calibration_sets()["eval"]
+    with torch.no_grad():
+        logits = model(*(torch.from_numpy(evalset[k]) for k in spec.INPUT_NAMES))
+    eval_acc = float((logits.argmax(1).numpy() == evalset["labels"]).mean())
+
     facts = {
         "name": spec.NAME,
         "description": (spec.__doc__ or "").strip().splitlines()[0],
         **_io_facts(spec, model),
         "dynamic_batch": {"min": 1, "max": MAX_BATCH},
         "test_accuracy": round(acc, 4),
+        "calibration_eval_accuracy": round(eval_acc, 4),
         "train_seconds": round(train_s, 2),
         "seed": seed,
         "torch_version": torch.__version__,
@@ -107,7 +115,8 @@ def write_calibration(spec: ModuleType, root: Path) -> list[Path]:
         folder.mkdir(parents=True)
         n = len(next(iter(arrays.values())))
         for i, idx in enumerate(np.array_split(np.arange(n), PARTS)):
-            np.savez_compressed(folder / f"part-{i:03d}.npz", **{k: v[idx] for k, v in arrays.items()})
+            part = {k: v[idx] for k, v in arrays.items()}
+            np.savez_compressed(folder / f"part-{i:03d}.npz", **part)
         folders.append(folder)
     return folders
 
@@ -116,7 +125,8 @@ CALIBRATION_README = """\
 # Calibration and evaluation data for the sample models
 
 Written by `python -m sample_models.build_all --out sample_models/out --calibration-dir calibration`
-(deterministic: fixed seeds, independent of training; rerun to regenerate).
+(deterministic: fixed seeds, independent of training; rerun to regenerate). Regenerating
+rewrites only the `<model>/` folders below and this README; other files here are left alone.
 
 ```
 <model>/calib/part-000.npz ... part-003.npz   samples for quantization calibration
@@ -126,6 +136,8 @@ Written by `python -m sample_models.build_all --out sample_models/out --calibrat
 - One `.npz` holds one batch of samples: every array has a leading batch dimension.
 - Keys are the model's input names; `eval` folders add a `labels` key (int64, N).
 - Load a part with `dict(np.load(path))` and feed it (minus `labels`) to the model or ONNX session.
+- The FP32 models' accuracy on the eval folders is `calibration_eval_accuracy` in
+  `sample_models/out/<model>.json`.
 
 | model | input keys | calib | eval |
 |---|---|---|---|
@@ -138,7 +150,8 @@ The digits split is scikit-learn's `train_test_split(test_size=0.25, random_stat
 
 
 def check_onnx(spec: ModuleType, pt2: Path) -> str:
-    """Export the .pt2 with the dynamo ONNX exporter; check the symbolic batch and ORT at 1 and 8."""
+    """Export the .pt2 with the dynamo ONNX exporter; check the batch dim stays symbolic and ORT
+    matches the program at batches 1 and 8."""
     import onnx
     import onnxruntime as ort
 
@@ -159,8 +172,10 @@ def check_onnx(spec: ModuleType, pt2: Path) -> str:
             with torch.no_grad():
                 want = eager(*args).numpy()
             if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
-                raise RuntimeError(f"{spec.NAME}.onnx batch {b}: max diff {np.abs(got - want).max()}")
-    return f"onnx inputs {names} dim0={[d.dim_param for d in dims]}, ORT ok at batches {CHECK_BATCHES}"
+                diff = np.abs(got - want).max()
+                raise RuntimeError(f"{spec.NAME}.onnx batch {b}: max diff {diff}")
+    dim0 = [d.dim_param for d in dims]
+    return f"onnx inputs {names} dim0={dim0}, ORT ok at batches {CHECK_BATCHES}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: test_accuracy={facts['test_accuracy']:.4f} "
             f"train_seconds={facts['train_seconds']:.1f} "
-            f"files={ns.out / (name + '.pt2')}, {ns.out / (name + '.ts')}, {ns.out / (name + '.json')}",
+            f"files={', '.join(str(ns.out / (name + ext)) for ext in ('.pt2', '.ts', '.json'))}",
             flush=True,
         )
         if ns.calibration_dir:

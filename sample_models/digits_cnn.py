@@ -109,7 +109,7 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def train(seed: int = 0) -> tuple[DigitsCNN, float]:
-    """Train from scratch (deterministic for a given seed); returns (model.eval(), test accuracy)."""
+    """Train from scratch, deterministic per seed; returns (model.eval(), test accuracy)."""
     torch.set_num_threads(2)
     torch.manual_seed(seed)
     x_train, y_train, x_test, y_test = build_dataset()

@@ -186,7 +186,7 @@ def _length_bucketed_batches(
 
 
 def train(seed: int = 0) -> tuple[TinyBert, float]:
-    """Train on a fresh synthetic stream (deterministic per seed); returns (model.eval(), test acc)."""
+    """Train on a synthetic stream, deterministic per seed; returns (model.eval(), test accuracy)."""
     torch.set_num_threads(2)
     torch.manual_seed(seed)
     model = TinyBert()

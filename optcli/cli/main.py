@@ -16,6 +16,9 @@ from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_USAGE, Optcl
 COMMANDS = {
     "compile": "optcli.cli.compile_cmd:compile_cmd",
     "export-triton": "optcli.cli.export_triton_cmd:export_triton_cmd",
+    "bench": "optcli.cli.bench_cmd:bench_cmd",
+    "profile": "optcli.cli.profile_cmd:profile_cmd",
+    "compare": "optcli.cli.compare_cmd:compare_cmd",
 }
 
 

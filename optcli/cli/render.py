@@ -67,4 +67,9 @@ def final_lines(report: RunReport) -> list[str]:
                      f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")
     if dep and ref:
         lines.append(f"  {ref['p50'] / dep['p50']:.2f}x faster than {ref['runtime']} (p50 {ref['p50']:.3f} ms)")
+    from optcli.environment import busy_warning
+
+    warning = busy_warning(report.environment)
+    if warning:
+        lines.append(f"[yellow]warning: {warning}[/]")
     return lines

@@ -60,7 +60,13 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
     except Exception as exc:
         raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="exclude the failing node with --exclude NODE, or its op type with --exclude-op") from exc
-    model = load_onnx(dst, load_weights=False)
+    return int8_op_counts(dst)
+
+
+def int8_op_counts(path: Path) -> dict[str, int]:
+    """What really runs in INT8: activation Q/DQ pairs and integer ops (a node left 'quantizable'
+    may get none, e.g. a lone Relu)."""
+    model = load_onnx(path, load_weights=False)
     ops = [n.op_type for n in model.graph.node]
     return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
             "dynamic_quantize": sum(o.startswith("DynamicQuantize") for o in ops),

@@ -12,6 +12,8 @@ __all__ = ["Runner", "open_runner", "runner_for_format"]
 # format -> module path and class name; imported only when used.
 _RUNNERS: dict[str, tuple[str, str]] = {
     "onnx": ("optcli.runtime.onnxruntime_runner", "OnnxRuntimeRunner"),
+    "pt2": ("optcli.runtime.torch_runner", "TorchFileRunner"),
+    "torchscript": ("optcli.runtime.torch_runner", "TorchFileRunner"),
 }
 
 

@@ -32,11 +32,16 @@ def _to_numpy(value: Any, spec: TensorSpec) -> np.ndarray:
     arr = np.asarray(value)
     want = DTYPES[spec.dtype]
     if arr.dtype != want:
+        # Float precision and int width may change silently; float <-> int <-> bool may not.
         if arr.dtype.kind != np.dtype(want).kind and not (arr.dtype.kind in "iu" and np.dtype(want).kind in "iu"):
             raise UsageError(f"input {spec.name!r} has dtype {arr.dtype} but the model takes {spec.dtype}",
-                             hint=f"pass a {spec.dtype} array")
+                             hint=f"pass a {spec.dtype} array (inputs: {_describe([spec])})")
         arr = arr.astype(want)
-    return np.ascontiguousarray(arr)
+    return np.ascontiguousarray(arr)  # no copy when it already is
+
+
+def _describe(specs: list[TensorSpec]) -> str:
+    return ", ".join(f"{s.name}:{format_shape(s.shape)}:{s.dtype}" for s in specs)
 
 
 class Runner(ABC):
@@ -109,11 +114,16 @@ class Runner(ABC):
         return out
 
     def describe_inputs(self) -> str:
-        return ", ".join(f"{s.name}:{format_shape(s.shape)}:{s.dtype}" for s in self.inputs)
+        """`name:shape:dtype` of every input, for error hints."""
+        return _describe(self.inputs)
 
     def predict(self, feeds: Feeds) -> dict[str, Any]:
         """Run one call; returns {output name: array} (numpy, or backend tensors where asked)."""
         self._check_open()
+        return self._predict(feeds)
+
+    def _predict(self, feeds: Feeds) -> dict[str, Any]:
+        # No open check here: calls queued before close() still run while close() waits for them.
         normalized = self.normalize(feeds)
         handle = self._handles.get()
         try:
@@ -124,14 +134,16 @@ class Runner(ABC):
 
     def predict_async(self, feeds: Feeds) -> Future:
         """Queue one call; returns a Future whose .result() is what predict() returns."""
-        self._check_open()
-        with self._lock:
+        with self._lock:  # with close(): nothing is queued once the pool shuts down
+            self._check_open()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self.concurrency,
                                                     thread_name_prefix=f"optcli-{self.backend}")
                 self._finalizer.detach()
-                self._finalizer = weakref.finalize(self, Runner._shutdown, self._executor)
-        return self._executor.submit(self.predict, feeds)
+                # wait=False: the finalizer may run on a pool thread (a GC there), which cannot join
+                # itself; at interpreter exit concurrent.futures joins its workers after the queue drains.
+                self._finalizer = weakref.finalize(self, Runner._shutdown, self._executor, False)
+            return self._executor.submit(self._predict, feeds)
 
     def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
         """The hot path for benchmarks: inputs already checked by normalize()."""
@@ -142,19 +154,20 @@ class Runner(ABC):
             self._handles.put(handle)
 
     def close(self) -> None:
-        """Wait for queued calls, then free every handle. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
+        """Refuse new calls, run the ones already queued, then free every handle. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         Runner._shutdown(self._executor)
         self._finalizer.detach()
         while not self._handles.empty():
             self._release_handle(self._handles.get_nowait())
 
     @staticmethod
-    def _shutdown(executor: ThreadPoolExecutor | None) -> None:
+    def _shutdown(executor: ThreadPoolExecutor | None, wait: bool = True) -> None:
         if executor is not None:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=wait)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -93,7 +93,12 @@ class OnnxRuntimeRunner(Runner):
         return self._new_session()
 
     def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
-        return handle.run(None, feeds)
+        try:
+            return handle.run(None, feeds)
+        except Exception as exc:  # ORT's own types; shapes that disagree inside the graph end here
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"onnxruntime could not run {self.path.name}: {first[:300]}",
+                             hint=f"inputs: {self.describe_inputs()}") from exc
 
     def end_profiling(self) -> list[str]:
         """Stop profiling on every session; returns the JSON trace files written."""

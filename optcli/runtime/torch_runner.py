@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
+from optcli.errors import UsageError
 from optcli.optional_imports import require
 from optcli.runtime.base import Runner
-from optcli.tensor_spec import TensorSpec
+from optcli.tensor_spec import TensorSpec, parse_input_spec
 
 
 def flatten_outputs(value: Any) -> list[Any]:
@@ -50,7 +52,14 @@ class TorchRunner(Runner):
     def _to_backend(self, value: Any, spec: TensorSpec) -> Any:
         torch = self.torch
         if isinstance(value, torch.Tensor):
-            return value.to(self.device)
+            want = getattr(torch, spec.dtype)
+            if value.dtype != want:  # the same rules as for numpy: widths may change, kinds may not
+                kind = (value.dtype == torch.bool, value.dtype.is_floating_point)
+                if kind != (want == torch.bool, want.is_floating_point):
+                    raise UsageError(f"input {spec.name!r} has dtype {str(value.dtype).replace('torch.', '')} "
+                                     f"but the model takes {spec.dtype}", hint=f"inputs: {self.describe_inputs()}")
+                value = value.to(want)
+            return value.to(self.device)  # a tensor already there stays put: no copy
         return torch.from_numpy(super()._to_backend(value, spec)).to(self.device)
 
     def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
@@ -60,3 +69,35 @@ class TorchRunner(Runner):
         if not self.outputs:
             self.outputs = [TensorSpec(f"output_{i}", (), str(t.dtype)) for i, t in enumerate(flat)]
         return flat
+
+
+class TorchFileRunner(TorchRunner):
+    """Runs a PyTorch file as saved: `.pt2` (torch.export, input specs from the archive) or TorchScript
+    (which records no shapes, so `inputs=["x:1x3x224x224"]` is needed). What `optcli.load` opens for
+    the formats `pt2` and `torchscript`."""
+
+    def __init__(self, path: str | Path, *, inputs: list[str | TensorSpec] | None = None, concurrency: int = 1,
+                 threads: int | None = None, device: str = "cpu", allow_pickle: bool = False) -> None:
+        from optcli.model_source import detect, load_torch
+
+        torch = require("torch", "running PyTorch models")
+        if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+            raise UsageError(f"device {device!r} is not available to PyTorch here",
+                             hint="use device='cpu', or a CUDA build of torch on a machine with an NVIDIA GPU")
+        source = detect(str(path), allow_pickle=allow_pickle)
+        if source.format not in ("pt2", "torchscript", "pickle"):
+            raise UsageError(f"{path} is a {source.format} model, not a PyTorch file",
+                             hint="open it with optcli.load(), which picks the runner by format")
+        pinned = [parse_input_spec(s) if isinstance(s, str) else s for s in inputs or []]
+        model = load_torch(source, pinned)
+        names = None
+        if model.exported_program is not None:
+            names = [str(n) for n in model.exported_program.graph_signature.user_outputs]
+        module = model.module.to(device) if device != "cpu" else model.module
+        # Each request in flight gets a share of the cores, as the onnxruntime runner does.
+        super().__init__(module, model.inputs, output_names=names,
+                         threads=threads or max(1, (os.cpu_count() or 1) // concurrency),
+                         concurrency=concurrency, device=device)
+        self.path = Path(path)
+        self.format = source.format
+        self.int_high = model.int_high

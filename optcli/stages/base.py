@@ -54,6 +54,13 @@ class Stage(ABC):
 
     name: ClassVar[str]
     order: ClassVar[int]          # position in the pipeline; gaps leave room for new stages
+    # The config-file table this stage owns beyond config.py's own (e.g. [tensorrt]); the pipeline
+    # refuses tables no stage owns, so a misspelt [fusee] is an error, not silently ignored.
+    config_section: ClassVar[str | None] = None
+    # onnxruntime graph optimization level for this stage's before/after latency. "disabled" shows a
+    # graph stage's own effect (ORT would apply the same fusions at load); quantize stages use "all",
+    # because ORT turns Q/DQ into integer kernels only when it optimizes at load.
+    measure_optimization: ClassVar[str] = "disabled"
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx

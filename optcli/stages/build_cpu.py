@@ -46,6 +46,8 @@ class BuildCpuStage(Stage):
 
     name = "build-cpu"
     order = 50
+    config_section = "cpu"
+    measure_optimization = "all"  # candidates are compared as deployed; Q/DQ needs ORT's optimizer
 
     @classmethod
     def enabled(cls, config: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Stage build_tensorrt: the final ONNX -> a TensorRT engine (model.engine + model.engine.json).
+"""Stage build-tensorrt: the final ONNX -> a TensorRT engine (model.engine + model.engine.json).
 
 Runs when the target is tensorrt (`--target tensorrt`, or `--target auto` where the probe found a
 usable GPU and TensorRT); otherwise it is reported as skipped with the reason. Precision is not a
@@ -34,8 +34,9 @@ from optcli.tensorrt.profiles import InputProfile, build_profiles, check_batches
 class BuildTensorRTStage(Stage):
     """ONNX -> TensorRT engine (strongly typed; profiles, workspace, opt level, compatibility)."""
 
-    name = "build_tensorrt"
+    name = "build-tensorrt"
     order = 50
+    config_section = "tensorrt"
 
     @classmethod
     def enabled(cls, config: Any) -> bool:

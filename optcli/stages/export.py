@@ -65,7 +65,7 @@ class ExportStage(Stage):
     def fingerprint(self) -> dict[str, Any]:
         return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
 
-    def _example_args(self, torch: Any, batch: int) -> tuple[Any, ...]:
+    def _example_args(self, torch: Any, batch: int | None) -> tuple[Any, ...]:
         tm = self.ctx.torch_model
         assert tm is not None
         feeds = random_inputs(self.ctx.inputs, batch, seed=1234, int_high=tm.int_high)
@@ -92,6 +92,8 @@ class ExportStage(Stage):
                 elif not has_symbolic_batch(model):
                     attempts.append({"exporter": exporter, "error": "batch dim was specialised to a fixed size"})
                     continue
+                else:
+                    _name_batch_dim(model)
                 external = save_onnx(model, out)
                 verify = self._verify(out, torch, static=cfg.static_batch)
             except StageError as exc:
@@ -100,8 +102,10 @@ class ExportStage(Stage):
             except Exception as exc:  # exporter internals raise anything; we try the next one
                 attempts.append({"exporter": exporter, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
                 continue
-            details = {"exporter": exporter, "opset": cfg.opset, "dynamic_batch": not cfg.static_batch,
-                       "verify": verify, "attempts": attempts}
+            # What the file holds: the exporters quietly pick another opset when they cannot convert.
+            opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+            details = {"exporter": exporter, "opset": opset, "opset_requested": cfg.opset,
+                       "dynamic_batch": not cfg.static_batch, "verify": verify, "attempts": attempts}
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
@@ -115,7 +119,8 @@ class ExportStage(Stage):
             prog = torch.onnx.export(tm.exported_program, args=(), dynamo=True, opset_version=cfg.opset,
                                      external_data=False)
         else:
-            args = self._example_args(torch, batch=2)  # batch >= 2: a batch of 1 gets specialised
+            # batch >= 2: a batch of 1 gets specialised; a static batch exports at its own size.
+            args = self._example_args(torch, batch=None if cfg.static_batch else 2)
             dyn = None if cfg.static_batch else {s.name: {0: torch.export.Dim.DYNAMIC} for s in self.ctx.inputs}
             prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
                                      dynamic_shapes=dyn, input_names=[s.name for s in self.ctx.inputs],
@@ -125,7 +130,7 @@ class ExportStage(Stage):
     def _export_torchscript(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
-        args = self._example_args(torch, batch=2)
+        args = self._example_args(torch, batch=None if cfg.static_batch else 2)
         module = tm.module
         with torch.inference_mode():
             from optcli.runtime.torch_runner import flatten_outputs
@@ -177,3 +182,16 @@ def _pin_batch(model: Any, batch: int) -> None:
         if dims:
             dims[0].ClearField("dim_param")
             dims[0].dim_value = batch
+
+
+def _name_batch_dim(model: Any) -> None:
+    """Call the inputs' shared symbolic dim 0 `batch` everywhere (torch names it s77 or similar)."""
+    symbols = {vi.type.tensor_type.shape.dim[0].dim_param for vi in model.graph.input
+               if vi.type.tensor_type.shape.dim and vi.type.tensor_type.shape.dim[0].dim_param}
+    if len(symbols) != 1 or symbols == {"batch"}:
+        return  # several independent batch symbols: renaming would merge them
+    old = symbols.pop()
+    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param == old:
+                d.dim_param = "batch"

@@ -33,6 +33,7 @@ class QuantizeFp16Stage(Stage):
 
     name = "quantize-fp16"
     order = 40
+    measure_optimization = "all"
 
     @classmethod
     def enabled(cls, config: Any) -> bool:

@@ -19,7 +19,7 @@ from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histog
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.flavour import resolve_flavour
-from optcli.quantize.int8 import candidate_nodes, name_nodes, quantize
+from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes, quantize
 from optcli.quantize.sensitivity import node_damage
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -75,6 +75,7 @@ class QuantizeInt8Stage(Stage):
 
     name = "quantize-int8"
     order = 40
+    measure_optimization = "all"
 
     @classmethod
     def enabled(cls, config: Any) -> bool:
@@ -95,11 +96,20 @@ class QuantizeInt8Stage(Stage):
         for key in ("calib", "eval"):
             if q.get(key):
                 q[f"{key}_sha256"] = sha256_file(Path(q[key])) if Path(q[key]).exists() else None
-        return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target}
+        from optcli.quantize import flavour
+
+        # Which ops each flavour quantizes is part of the output: a change must invalidate the cache.
+        table = {n: list(f.op_types) for n, f in flavour.TABLE.items()}
+        return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target,
+                "flavours": table, "methods": {"bins": 2048, "percentile": 99.99}}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
-        return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+        failure = check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+        if failure is None and accuracy.get("int8_ops_after_fallback") == 0:
+            # Excluding everything "passes" with an FP32 model: that is not an INT8 result.
+            return "no node could stay INT8 within the tolerance (the fallback excluded all of them)"
+        return failure
 
     def _prune(self, fp32: Path, out: Path, flavour: Any, ranges: Path | None, manual: list[str],
                excluded: list[str], reference: list, ev: SampleSet, tol: Any, attempts: list) -> list[str]:
@@ -168,6 +178,9 @@ class QuantizeInt8Stage(Stage):
             excluded_auto = self._prune(fp32, out, flavour, ranges, manual, excluded_auto, reference, ev, tol, attempts)
         final_acc = evaluate(out, reference, ev)
         final_acc["reference"] = "fp32-onnx"
+        if excluded_auto:
+            counts = int8_op_counts(out)
+            final_acc["int8_ops_after_fallback"] = counts["quantize_linear"] + counts["dynamic_quantize"]
         fallback = None
         if excluded_auto:
             fallback = {"excluded_nodes": excluded_auto,

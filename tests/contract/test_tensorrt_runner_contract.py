@@ -256,12 +256,12 @@ def test_pipeline_target_tensorrt_end_to_end_through_the_doubles(fake, tmp_path,
     options = dict(runs=3, min_seconds=0.0, max_seconds=0.2, warmup_runs=1, warmup_seconds=0.0,
                    tensorrt={"batch": "1/2/8"})
     report = api.compile(model, out=tmp_path / "out", target="tensorrt", **options)
-    stage = report.stage("build_tensorrt")
+    stage = report.stage("build-tensorrt")
     assert report.status == "ok" and report.target == "tensorrt"
     assert stage.status == "ok" and stage.details["engine_cache"]["status"] == "miss"
     assert stage.latency_ms["after"]["runtime"] == "tensorrt" and stage.accuracy["cosine_min"] > 0.9999
-    assert report.final["format"] == "engine" and report.final["artifact"].endswith("build_tensorrt/model.engine")
+    assert report.final["format"] == "engine" and report.final["artifact"].endswith("build-tensorrt/model.engine")
     assert report.stage("fuse").details["level"] == "basic"   # plain ONNX ops for TensorRT's parser
     # A second run into a new folder takes the engine from the engine cache: no second build.
     again = api.compile(model, out=tmp_path / "out2", target="tensorrt", **options)
-    assert again.stage("build_tensorrt").details["engine_cache"]["status"] == "hit" and fake.builds == 1
+    assert again.stage("build-tensorrt").details["engine_cache"]["status"] == "hit" and fake.builds == 1

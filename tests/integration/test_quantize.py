@@ -102,7 +102,7 @@ def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None
     assert r.status == "ok", r.error
     assert r.stage("quantize-int8").details["excluded_by_user"] == ["node_linear_1", "node_linear_2"]
     r = api.compile(model, out=tmp_path / "o2", int8=True, calib=calib, fallback=False, check=False,
-                    exclude_ops=["Gemm"], bench=False)
+                    exclude_ops=["Gemm", "Relu"], bench=False)
     assert r.status == "ok" and r.stage("quantize-int8").details["quantized_nodes"] == 0
     with pytest.raises(UsageError, match="no node of that name"):
         api.compile(model, out=tmp_path / "o3", int8=True, calib=calib, exclude_nodes=["nope"], bench=False)
@@ -192,3 +192,12 @@ def test_tight_tolerance_fails_with_exit_code_3(models: Path, tmp_path: Path) ->
     with pytest.raises(AccuracyError, match="cosine"):
         api.compile(f"{models / 'nets.py'}:cnn", out=tmp_path / "o", int8=True, calib=calib, fallback=False,
                     cosine=0.9999999, bench=False)
+
+
+def test_fallback_that_excludes_everything_fails_the_gate(models: Path, tmp_path: Path) -> None:
+    """An 'INT8' model with every node back in float is not an INT8 result: exit 3, said plainly."""
+    calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
+    r = api.compile(f"{models / 'nets.py'}:outlier", out=tmp_path / "o", int8=True, calib=calib, check=False,
+                    bench=False, cosine=0.9999999)
+    assert r.status == "failed" and r.exit_code == 3
+    assert "no node could stay INT8" in r.error["message"], r.error

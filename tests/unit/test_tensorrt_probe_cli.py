@@ -126,7 +126,7 @@ def test_target_auto_reports_the_build_skipped(tiny_onnx, tmp_path, capsys):
                           "--no-simplify", "--no-fuse"], capsys)
     assert code == 0
     report = json.loads((out_dir / "report.json").read_text())
-    stage = next(s for s in report["stages"] if s["name"] == "build_tensorrt")
+    stage = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
     assert report["status"] == "ok" and report["target"] == "cpu"
     assert stage["status"] == "skipped"
     assert stage["reason"] == "no TensorRT here: no NVIDIA GPU (nvidia-smi finds none); TensorRT not installed " \
@@ -138,7 +138,7 @@ def test_target_cpu_skips_with_target_is_cpu(tiny_onnx, tmp_path, capsys):
     code, _, _ = run_cli(["compile", str(tiny_onnx), "--target", "cpu", "--out", str(out_dir), "--no-bench",
                           "--no-simplify", "--no-fuse"], capsys)
     stage = next(s for s in json.loads((out_dir / "report.json").read_text())["stages"]
-                 if s["name"] == "build_tensorrt")
+                 if s["name"] == "build-tensorrt")
     assert code == 0 and (stage["status"], stage["reason"]) == ("skipped", "target is cpu")
 
 

@@ -1,0 +1,140 @@
+"""Open any artifact optcli can run: a report.json (its final artifact), an output folder, .onnx,
+.engine, .pt2 or TorchScript. `optcli.load`, `bench`, `profile` and `compare` all open through here.
+
+The runner options a stage recorded for its artifact (e.g. the FP16 stage turns off one onnxruntime
+optimizer that crashes on FP16 graphs) come from the stage.json beside it, so a model runs the same
+way whether it is opened from the report or by its path.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.runtime.base import Runner
+
+# suffix -> artifact format (TorchScript suffixes are told apart from pickles by model_source.detect)
+SUFFIX_FORMATS = {".onnx": "onnx", ".engine": "engine", ".plan": "engine", ".trt": "engine", ".pt2": "pt2",
+                  ".xml": "openvino"}
+TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
+_HINT = "pass a report.json, an optcli output folder, or a .onnx/.engine/.pt2/TorchScript file"
+
+
+@dataclass
+class ResolvedArtifact:
+    """Where the model to run is and how to open it."""
+
+    path: Path
+    format: str
+    precision: str = "fp32"
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    report: Path | None = None          # the report.json it came from, if any
+
+    def to_json(self) -> dict[str, Any]:
+        from optcli.artifact import sha256_file
+
+        size = sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() \
+            else self.path.stat().st_size
+        return {"path": str(self.path), "format": self.format, "precision": self.precision,
+                "sha256": sha256_file(self.path), "size_bytes": size,
+                "report": str(self.report) if self.report else None}
+
+
+def _from_report(report_path: Path) -> ResolvedArtifact:
+    try:
+        data = json.loads(report_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read {report_path}: {exc}", hint=_HINT) from None
+    if not isinstance(data, dict) or "stages" not in data:
+        raise UsageError(f"{report_path} is not an optcli report (no 'stages')", hint=_HINT)
+    final = data.get("final")
+    if not final:
+        raise UsageError(f"{report_path} has no final artifact: the run's status is {data.get('status')!r}",
+                         hint="rerun `optcli compile` until it finishes, or pass a stage's artifact file")
+    path = report_path.parent / final["artifact"]
+    if not path.exists():
+        raise UsageError(f"{report_path} names {final['artifact']}, which is not there",
+                         hint="the output folder was moved or cleaned; rerun `optcli compile`")
+    resolved = _from_file(path)
+    resolved.precision = final.get("precision") or resolved.precision
+    resolved.report = report_path
+    return resolved
+
+
+def _stage_record(path: Path) -> dict[str, Any]:
+    """The stage.json beside an artifact, if that record describes this very file."""
+    record_path = path.parent / "stage.json"
+    if not record_path.is_file():
+        return {}
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) and record.get("artifact") == path.name else {}
+
+
+def _from_file(path: Path) -> ResolvedArtifact:
+    suffix = path.suffix.lower()
+    if suffix in SUFFIX_FORMATS:
+        fmt = SUFFIX_FORMATS[suffix]
+    elif suffix in TORCH_SUFFIXES:
+        from optcli.model_source import detect
+
+        fmt = detect(str(path), allow_pickle=True).format
+        if fmt == "pickle":
+            raise UsageError(f"{path} is a pickled module; loading it runs arbitrary code",
+                             hint="save it with torch.export.save as .pt2, or torch.jit.save as TorchScript")
+    else:
+        raise UsageError(f"{path}: cannot tell what runs a {suffix or 'suffix-less'} file", hint=_HINT)
+    record = _stage_record(path)
+    meta = record.get("meta") or {}
+    return ResolvedArtifact(path, fmt, record.get("precision") or "fp32", dict(meta.get("runner_options") or {}))
+
+
+def resolve_artifact(path: str | Path) -> ResolvedArtifact:
+    """Work out the artifact file and format behind what the user passed."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"not found: {p}", hint=_HINT)
+    if p.is_dir():
+        if (p / "report.json").is_file():
+            return _from_report(p / "report.json")
+        if (p / "model.engine").is_file():  # a TensorRT engine cache entry
+            return _from_file(p / "model.engine")
+        raise UsageError(f"{p} is a folder without a report.json", hint=_HINT)
+    if p.stat().st_size == 0:
+        raise UsageError(f"{p} is empty", hint="re-create it; the file has no bytes")
+    if p.suffix.lower() == ".json":
+        return _from_report(p)
+    return _from_file(p)
+
+
+def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = sorted(n for n, p in params.items() if n not in ("self", "path") and p.kind is not p.VAR_POSITIONAL)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise UsageError(f"option {unknown[0]!r} does not apply to {fmt} models ({cls.__name__})",
+                         hint=f"its options: {', '.join(accepted)}")
+
+
+def open_artifact(resolved: ResolvedArtifact, **options: Any) -> Runner:
+    """A runner for the artifact: the stage's recorded runner options, then the caller's on top.
+    Options left at None are not passed, so each backend keeps its own default."""
+    from optcli.runtime import runner_for_format
+
+    cls = runner_for_format(resolved.format)
+    merged = {**resolved.runner_options, **{k: v for k, v in options.items() if v is not None}}
+    device = merged.get("device")
+    if resolved.format == "engine" and isinstance(device, str):
+        # The TensorRT runner takes a GPU index; accept the "cuda" / "cuda:1" the other backends take.
+        if device != "cuda" and not device.startswith("cuda:"):
+            raise UsageError(f"device {device!r}: a TensorRT engine runs on a GPU", hint="use device='cuda' or 'cuda:N'")
+        merged["device"] = int(device.partition(":")[2] or 0)
+    _check_options(cls, merged, resolved.format)
+    return cls(resolved.path, **merged)

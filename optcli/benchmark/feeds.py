@@ -1,0 +1,109 @@
+"""Inputs for benchmarks and profiles: random of the right shape and dtype, or real data from a folder.
+
+Random inputs: floats ~N(0, 1); masks and bools all ones; token-type/segment ids zeros; other ints in
+[0, high) where `high` is the table size when the input indexes an embedding (a Gather on a weight),
+else what the PyTorch example held, else 100. Real data: `--inputs DIR`, a folder of .npz files whose
+keys are the input names, each with a leading batch dim (the calibration reader's format).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optcli.errors import UsageError
+from optcli.runtime.base import Runner
+from optcli.tensor_spec import TensorSpec, format_shape, merge_pinned, parse_input_spec, random_inputs
+
+
+def int_bounds_onnx(path: Path) -> dict[str, int]:
+    """For int graph inputs used as Gather indices into an initializer: that table's size."""
+    from optcli.onnx_model import load_onnx
+
+    model = load_onnx(path, load_weights=False)
+    g = model.graph
+    inits = {i.name: list(i.dims) for i in g.initializer}
+    int_inputs = {v.name for v in g.input if v.type.tensor_type.elem_type in (6, 7)}  # int32, int64
+    bounds: dict[str, int] = {}
+    for node in g.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in int_inputs \
+                and node.input[0] in inits:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            size = inits[node.input[0]][axis] if inits[node.input[0]] else 0
+            if size > 0:
+                bounds[node.input[1]] = min(bounds.get(node.input[1], size), size)
+    return bounds
+
+
+def int_bounds(runner: Runner) -> dict[str, int]:
+    """Upper bounds for random int inputs of whatever this runner runs."""
+    known = dict(getattr(runner, "int_high", None) or {})
+    path = getattr(runner, "path", None)
+    if path is not None and Path(path).suffix.lower() == ".onnx":
+        known = {**int_bounds_onnx(Path(path)), **known}
+    return known
+
+
+def batch_free_pins(pins: list[str], specs: list[TensorSpec] | None = None) -> list[TensorSpec]:
+    """`--input NAME:SHAPE` pins whose dim 0 is the model's own (dynamic "batch" when unknown): in
+    bench and profile the batch comes from --batch, a pin only sizes the other dims."""
+    own = {s.name: s for s in specs or []}
+    out = []
+    for text in pins:
+        p = parse_input_spec(text)
+        first = own[p.name].shape[0] if p.name in own and own[p.name].shape else "batch"
+        out.append(TensorSpec(p.name, (first,) + tuple(p.shape[1:]) if p.shape else p.shape, p.dtype, p.profile))
+    return out
+
+
+class FeedSource:
+    """Makes one batch of inputs at any batch size, from random data or a folder of real samples.
+    `pins` (`--input NAME:SHAPE`) give sizes to dynamic dims other than the batch."""
+
+    def __init__(self, specs: list[TensorSpec], inputs_dir: str | Path | None = None,
+                 pins: list[str] | None = None, int_high: dict[str, int] | None = None, seed: int = 0) -> None:
+        self.specs = merge_pinned(list(specs), batch_free_pins(pins, list(specs))) if pins else list(specs)
+        self.seed = seed
+        self.high = dict(int_high or {})
+        self.samples: dict[str, np.ndarray] | None = None
+        self.description = "random"
+        if inputs_dir is not None:
+            from optcli.calibration.dataset import load_samples
+
+            if not Path(inputs_dir).is_dir():
+                raise UsageError(f"--inputs {inputs_dir}: not a folder",
+                                 hint="pass a folder of .npz files (keys = input names, leading batch dim)")
+            data = load_samples(Path(inputs_dir), self.specs, None, {}, what="input")
+            self.samples = data.arrays
+            self.description = f"{len(data)} samples from {inputs_dir}"
+
+    @classmethod
+    def for_runner(cls, runner: Runner, inputs_dir: str | Path | None = None,
+                   pins: list[str] | None = None, seed: int = 0) -> FeedSource:
+        return cls(runner.inputs, inputs_dir, pins, int_bounds(runner), seed)
+
+    @property
+    def real(self) -> bool:
+        return self.samples is not None
+
+    def batch(self, size: int) -> dict[str, np.ndarray]:
+        """`size` samples: real ones cycled in order when there are fewer, else random."""
+        if self.samples is None:
+            return random_inputs(self.specs, size, seed=self.seed, int_high=self.high)
+        n = len(next(iter(self.samples.values())))
+        index = np.arange(size) % n
+        return {name: np.ascontiguousarray(arr[index]) for name, arr in self.samples.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.description, "specs": [s.to_json() for s in self.specs],
+                "int_high": self.high}
+
+
+def check_batch(specs: list[TensorSpec], batch: int) -> None:
+    """A model with a fixed batch dim runs only at that batch: say so before measuring."""
+    for s in specs:
+        if s.shape and isinstance(s.shape[0], int) and s.shape[0] > 0 and s.shape[0] != batch:
+            raise UsageError(f"input {s.name!r} has a fixed batch of {s.shape[0]} "
+                             f"(shape {format_shape(s.shape)}); cannot run batch {batch}",
+                             hint=f"use --batch {s.shape[0]}, or compile without --static-batch")

@@ -1,0 +1,1 @@
+"""Per-layer profiles: onnxruntime's profiler on the CPU, TensorRT's layer profiler on a GPU."""

@@ -1,0 +1,91 @@
+"""compare_outputs / check_tolerance on crafted arrays whose answers are known."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optcli.accuracy import check_tolerance, compare_outputs
+
+
+def test_identical_outputs() -> None:
+    ref = [np.arange(12, dtype=np.float32).reshape(3, 4)]
+    s = compare_outputs(ref, [ref[0].copy()], ["y"])
+    assert s["max_abs_err"] == 0.0
+    assert s["cosine_min"] == pytest.approx(1.0)
+    assert s["outputs"]["y"]["finite"] is True
+    assert s["top1_agreement"] == 1.0
+    assert check_tolerance(s, cosine=0.9999, max_abs=0.0, top1=1.0) is None
+
+
+def test_known_error_and_cosine() -> None:
+    ref = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    got = np.array([[1.0, 0.0], [1.0, 0.0]], dtype=np.float32)  # row 2 orthogonal: cosine 0, top-1 flips
+    s = compare_outputs([ref], [got], ["logits"])
+    e = s["outputs"]["logits"]
+    assert e["max_abs_err"] == pytest.approx(1.0)
+    assert e["mean_abs_err"] == pytest.approx(0.5)
+    assert e["cosine_min"] == pytest.approx(0.0)
+    assert e["cosine_mean"] == pytest.approx(0.5)
+    assert e["top1_agreement"] == pytest.approx(0.5)
+    # the cosine tolerance applies to each output's mean cosine over samples (0.5 here), not the worst one
+    assert "mean cosine 0.5000 < tolerance 0.99" in check_tolerance(s, cosine=0.99, max_abs=None, top1=None)
+    assert check_tolerance(s, cosine=0.4, max_abs=None, top1=None) is None
+    assert "max abs error 1 > tolerance 0.1" in check_tolerance(s, cosine=None, max_abs=0.1, top1=None)
+    assert "top-1 agreement 0.5000 < tolerance 0.9" in check_tolerance(s, cosine=None, max_abs=None, top1=0.9)
+    assert check_tolerance(s, cosine=None, max_abs=None, top1=None) is None
+
+
+def test_scaled_output_has_cosine_one_but_an_error() -> None:
+    ref = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    s = compare_outputs([ref], [ref * 2], ["h"])
+    assert s["cosine_min"] == pytest.approx(1.0, abs=1e-6)
+    assert s["max_abs_err"] == pytest.approx(float(np.abs(ref).max()), rel=1e-6)
+    assert "top1_agreement" not in s  # 3-D: not class scores
+
+
+def test_worst_output_wins_and_names_it() -> None:
+    a = np.ones((2, 4), dtype=np.float32)
+    b = np.ones((2, 4), dtype=np.float32)
+    s = compare_outputs([a, b], [a, b + 0.25], ["good", "bad"])
+    assert s["max_abs_err"] == pytest.approx(0.25)
+    assert s["outputs"]["good"]["max_abs_err"] == 0.0
+    assert "'bad'" in check_tolerance(s, cosine=None, max_abs=0.1, top1=None)
+
+
+def test_nan_is_never_within_tolerance() -> None:
+    ref = np.ones((2, 3), dtype=np.float32)
+    got = ref.copy()
+    got[1, 2] = np.nan
+    s = compare_outputs([ref], [got], ["y"])
+    assert s["outputs"]["y"]["finite"] is False
+    assert s["cosine_min"] == 0.0
+    assert "NaN or Inf" in check_tolerance(s, cosine=None, max_abs=None, top1=None)
+
+
+def test_zero_rows() -> None:
+    z = np.zeros((2, 3), dtype=np.float32)
+    assert compare_outputs([z], [z], ["y"])["cosine_min"] == pytest.approx(1.0)
+    nz = z.copy()
+    nz[0, 0] = 1
+    assert compare_outputs([z], [nz], ["y"])["cosine_min"] == pytest.approx(0.0)
+
+
+def test_scalar_and_integer_outputs() -> None:
+    s = compare_outputs([np.float32(3.0), np.array([1, 2, 3])], [np.float32(3.0), np.array([1, 2, 4])], ["s", "i"])
+    assert s["outputs"]["s"]["max_abs_err"] == 0.0
+    assert s["outputs"]["i"]["max_abs_err"] == 1.0
+
+
+def test_top1_accuracy_with_labels() -> None:
+    ref = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
+    got = np.array([[2.0, 1.0], [3.0, 0.0], [1.0, 0.0]])
+    s = compare_outputs([ref], [got], ["y"], labels=np.array([0, 1, 1]))
+    assert s["top1_accuracy_reference"] == pytest.approx(2 / 3)
+    assert s["top1_accuracy"] == pytest.approx(1 / 3)
+
+
+def test_mismatches_raise() -> None:
+    with pytest.raises(ValueError, match="outputs"):
+        compare_outputs([np.ones(2)], [], [])
+    with pytest.raises(ValueError, match="shape"):
+        compare_outputs([np.ones((2, 3))], [np.ones((3, 2))], ["y"])

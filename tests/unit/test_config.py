@@ -1,0 +1,136 @@
+"""Config files: optcli.toml, [tool.optcli] in pyproject.toml, flags over files, unknown keys."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optcli.config import CompileConfig, compile_config_from_dict, load_toml, model_stem
+from optcli.errors import UsageError
+from optcli.tensor_spec import TensorSpec
+
+OPTCLI_TOML = """
+[compile]
+target = "cpu"
+out = "build/resnet"
+inputs = ["x:1x3x224x224"]
+
+[export]
+opset = 17
+static-batch = true
+
+[fuse]
+level = "basic"
+transformer = "off"
+
+[bench]
+runs = 7
+"""
+
+
+def test_optcli_toml(tmp_path: Path) -> None:
+    path = tmp_path / "optcli.toml"
+    path.write_text(OPTCLI_TOML)
+    cfg = compile_config_from_dict("m.pt2", load_toml(path))
+    assert cfg.target == "cpu" and cfg.out == Path("build/resnet")
+    assert cfg.inputs == [TensorSpec("x", (1, 3, 224, 224), "")]
+    assert cfg.export.opset == 17 and cfg.export.static_batch is True  # kebab-case keys accepted
+    assert cfg.fuse.level == "basic" and cfg.fuse.transformer == "off"
+    assert cfg.bench.runs == 7
+    assert cfg.simplify.enabled is True  # untouched sections keep their defaults
+    cfg.validate()
+
+
+def test_pyproject_tool_optcli(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "x"\n\n[tool.optcli.export]\nopset = 19\n\n[tool.optcli.bench]\nenabled = false\n')
+    cfg = compile_config_from_dict("m.onnx", load_toml(path))
+    assert cfg.export.opset == 19 and cfg.bench.enabled is False
+
+
+def test_pyproject_without_optcli_table_is_empty(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "x"\n')
+    assert load_toml(path) == {}
+
+
+def test_unknown_key_in_a_section(tmp_path: Path) -> None:
+    path = tmp_path / "optcli.toml"
+    path.write_text("[export]\nopsett = 17\n")
+    with pytest.raises(UsageError) as info:
+        compile_config_from_dict("m.pt2", load_toml(path))
+    assert "unknown key 'opsett' in [export]" in info.value.message
+    assert "opset" in (info.value.hint or "")
+
+
+def test_unknown_key_in_compile_table(tmp_path: Path) -> None:
+    path = tmp_path / "optcli.toml"
+    path.write_text('[compile]\ntargett = "cpu"\n')
+    with pytest.raises(UsageError, match="unknown key 'targett' in \\[compile\\]"):
+        compile_config_from_dict("m.pt2", load_toml(path))
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "optcli.toml"
+    bad.write_text("[export\nopset = 17\n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load_toml(bad)
+    with pytest.raises(UsageError, match="config file not found"):
+        load_toml(tmp_path / "missing.toml")
+
+
+def test_bad_input_in_config_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="malformed --input"):
+        compile_config_from_dict("m.pt2", {"compile": {"inputs": ["x"]}})
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda c: setattr(c, "target", "gpu"), "unknown target"),
+    (lambda c: setattr(c.fuse, "level", "all"), "unknown fuse level"),
+    (lambda c: setattr(c.export, "exporter", "fx"), "unknown exporter"),
+    (lambda c: setattr(c.quantize, "precision", "int4"), "unknown precision"),
+    (lambda c: setattr(c.bench, "batch", 0), "batch sizes"),
+])
+def test_validate(change, fragment: str) -> None:
+    cfg = CompileConfig(model="m.onnx")
+    cfg.validate()
+    change(cfg)
+    with pytest.raises(UsageError, match=fragment):
+        cfg.validate()
+
+
+def test_out_dir_default_and_model_stem() -> None:
+    assert CompileConfig(model="a/b/resnet.pt2").out_dir() == Path("optcli-out/resnet")
+    assert CompileConfig(model="m.onnx", out=Path("x")).out_dir() == Path("x")
+    assert model_stem("models/f.py:make_net") == "f-make_net"
+
+
+def test_the_documented_config_example_loads() -> None:
+    # docs/cli.md shows a full optcli.toml: it must stay a valid config.
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 2
+    import tomllib
+
+    full = compile_config_from_dict("m.pt2", tomllib.loads(blocks[0]))
+    full.validate()
+    assert full.export.opset == 18 and full.bench.min_seconds == 0.5 and full.bench.threads == 4
+    assert full.inputs[0].shape == (1, 3, 224, 224)
+    tool = tomllib.loads(blocks[1])["tool"]["optcli"]
+    assert compile_config_from_dict("m.pt2", tool).export.opset == 17
+
+
+def test_misspelt_table_is_refused(tmp_path) -> None:
+    import pytest
+
+    from optcli.config import compile_config_from_dict
+    from optcli.errors import UsageError
+    from optcli.pipeline import Pipeline
+
+    config = compile_config_from_dict("m.onnx", {"fusee": {"level": "basic"}})
+    with pytest.raises(UsageError, match=r"unknown config table \[fusee\]"):
+        Pipeline(config)
+    owned = compile_config_from_dict("m.onnx", {"tensorrt": {}})
+    Pipeline(owned)  # [tensorrt] belongs to the build-tensorrt stage

@@ -1,0 +1,59 @@
+"""Latency statistics and the timing loop's stopping rules (counts, not speed: no timed assertions)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optcli.latency import LatencyStats, median_ci, ratio, stats_from_samples, time_calls
+
+
+def test_stats_from_known_samples() -> None:
+    samples = list(range(1, 101))  # 1..100 ms
+    s = stats_from_samples(samples, batch=4, runtime="onnxruntime-cpu", settings={"graph_optimization": "disabled"})
+    assert s.p50 == pytest.approx(50.5)
+    assert s.p90 == pytest.approx(np.percentile(samples, 90))
+    assert s.p99 == pytest.approx(np.percentile(samples, 99))
+    assert (s.mean, s.min, s.max, s.runs, s.batch) == (50.5, 1, 100, 100, 4)
+    assert s.throughput == pytest.approx(4 * 1000 / 50.5)
+    assert s.cv == pytest.approx(np.std(samples) / 50.5)
+    j = s.to_json()
+    for key in ("p50", "p90", "p99", "mean", "batch", "runtime", "settings", "throughput", "cv", "runs"):
+        assert key in j
+    assert j["settings"] == {"graph_optimization": "disabled"}
+    back = LatencyStats.from_json(j)
+    assert back.p50 == s.p50 and back.runtime == s.runtime and back.batch == 4
+
+
+def test_no_samples_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        stats_from_samples([], 1, "x")
+
+
+def test_time_calls_runs_warmup_then_at_least_runs() -> None:
+    calls = []
+    samples = time_calls(lambda: calls.append(1), warmup_runs=3, warmup_seconds=0.0, runs=10, min_seconds=0.0,
+                         max_seconds=60.0)
+    assert len(samples) == 10
+    assert len(calls) == 13  # 3 warm-up calls are not timed
+    assert all(x >= 0 for x in samples)
+
+
+def test_time_calls_stops_at_max_seconds_but_after_three() -> None:
+    import time
+
+    samples = time_calls(lambda: time.sleep(0.02), warmup_runs=0, warmup_seconds=0.0, runs=1000,
+                         min_seconds=0.0, max_seconds=0.01)
+    assert len(samples) == 3
+    assert min(samples) >= 15.0  # each call really slept ~20 ms
+
+
+def test_median_ci_brackets_the_median() -> None:
+    a = np.random.default_rng(0).normal(10, 1, 500)
+    lo, hi = median_ci(a)
+    assert lo <= np.median(a) <= hi
+    assert hi - lo < 1.0
+
+
+def test_ratio() -> None:
+    assert ratio(4, 2) == 2
+    assert np.isnan(ratio(1, 0))
