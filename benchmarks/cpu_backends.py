@@ -84,7 +84,7 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
     import openvino as ov
 
     from optcli.model_source import detect, load_torch
-    from optcli.onnx_model import looks_like_encoder, op_histogram, load_onnx
+    from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
     from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
     from optcli.runtime.openvino_runner import OpenVINORunner
     from optcli.runtime.torch_runner import TorchRunner
@@ -109,7 +109,8 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
         "onnxruntime fp32": lambda: OnnxRuntimeRunner(export),
         "openvino fp32": lambda: OpenVINORunner(ir, precision="fp32"),
         "openvino default": lambda: OpenVINORunner(ir, precision="auto"),
-        "openvino+nncf int8 (default)": lambda p=_nncf(export, calib, False, folder): OpenVINORunner(p, precision="auto"),
+        "openvino+nncf int8 (default)":
+            lambda p=_nncf(export, calib, False, folder): OpenVINORunner(p, precision="auto"),
     }
     if encoder:
         p_tr = _nncf(export, calib, True, folder)

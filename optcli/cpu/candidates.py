@@ -90,7 +90,8 @@ def plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16
     if precision == "fp32":
         return [ort("onnxruntime-fp32", "fp32", "input"), ov("openvino-fp32", "fp32", "convert")]
     if precision == "bf16":
-        no_bf16 = None if bf16 or bf16 is None else "this CPU has no BF16 arithmetic (OpenVINO lists no BF16 capability)"
+        no_bf16 = (None if bf16 or bf16 is None
+                   else "this CPU has no BF16 arithmetic (OpenVINO lists no BF16 capability)")
         return [ort("onnxruntime-bf16", "bf16", "input", "onnxruntime has no BF16 kernels for the CPU"),
                 ov("openvino-bf16", "bf16", "convert", no_bf16)]
     if precision == "fp16":
@@ -143,7 +144,8 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
             note += f" (within noise of {', '.join(c.name for c in ties if c is not best)}, and the most accurate)"
     else:
         note = (f"{best.name} ({best.p50:.3f} ms p50) is within noise of the fastest, {fastest.name} "
-                f"({fastest.p50:.3f} ms), and more accurate (mean cosine {_cosine(best):.5f} vs {_cosine(fastest):.5f})")
+                f"({fastest.p50:.3f} ms), and more accurate "
+                f"(mean cosine {_cosine(best):.5f} vs {_cosine(fastest):.5f})")
     return best, note
 
 

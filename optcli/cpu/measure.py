@@ -29,7 +29,8 @@ def runner_outputs(runner: Runner, samples: SampleSet) -> list[np.ndarray]:
     return [np.concatenate([np.asarray(c[i]) for c in chunks]) for i in range(len(chunks[0]))]
 
 
-def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str], samples: SampleSet) -> dict[str, Any]:
+def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str],
+                    samples: SampleSet) -> dict[str, Any]:
     """compare_outputs of the runner against the FP32 reference on `samples` (labels give top-1)."""
     outs = runner_outputs(runner, samples)
     summary = compare_outputs(reference, outs, names, labels=samples.labels)
@@ -49,7 +50,8 @@ def _separated(samples: dict[str, list[float]], contenders: list[str]) -> bool:
 
 def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *, batch: int, min_rounds: int = 5,
                 calls_per_round: int = 3, min_seconds: float = 5.0, max_seconds: float = 30.0, block_ms: float = 100.0,
-                switch_ms: float = 20.0, contenders: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+                switch_ms: float = 20.0,
+                contenders: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Time every runner in rounds (one block of each per round, in turn: untimed calls for
     `switch_ms`, then timed calls for `block_ms` and at least `calls_per_round`) until at least
     `min_rounds` rounds and `min_seconds` have passed and the two fastest `contenders` (the ones

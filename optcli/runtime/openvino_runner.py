@@ -115,7 +115,8 @@ class OpenVINORunner(Runner):
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"OpenVINO cannot read {self.path.name}: {first[:300]}",
-                             hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile") from exc
+                             hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile"
+                             ) from exc
         self.requested_precision = precision or recorded_precision(model) or "auto"
         config: dict[str, Any] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
         hint = PRECISIONS.get(self.requested_precision)

@@ -216,7 +216,8 @@ class BuildCpuStage(Stage):
             "precision": self.ctx.config.quantize.precision, "backend": cfg.backend, "tolerance": tol.to_json(),
             "chosen": chosen.name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
-                           "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) on onnxruntime"},
+                           "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
+                                        "on onnxruntime"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
         accuracy = dict(chosen.accuracy or {})
         accuracy["reference"] = "fp32-onnx"
@@ -281,9 +282,9 @@ class BuildCpuStage(Stage):
         folder.mkdir(parents=True, exist_ok=True)
         result = QuantizeInt8Stage(dataclasses.replace(self.ctx, config=config)).run(float_art, folder)
         d = result.details
+        why_off = "another OpenVINO INT8 candidate already meets the tolerance" if not fallback else "--no-fallback"
         info = {"flavour": "int8-qdq-s8s8", "quantize_attempts": len(d.get("attempts", [])),
-                "fallback": "on" if config.quantize.fallback else
-                ("off (another OpenVINO INT8 candidate already meets the tolerance)" if not fallback else "off (--no-fallback)"),
+                "fallback": "on" if config.quantize.fallback else f"off ({why_off})",
                 "excluded_nodes": (d.get("fallback") or {}).get("excluded_nodes", []),
                 "onnxruntime_accuracy": {k: round(v, 6) for k, v in (result.accuracy or {}).items()
                                          if k in ("cosine_mean", "top1_agreement") and isinstance(v, float)}}

@@ -42,4 +42,5 @@ def npz_dir(root: Path, name: str, n_files: int = 4, per_file: int = 32, seed: i
 
 
 # A short measurement: these tests check the choice's rules, not the speed of a 2-layer MLP.
-QUICK = {"min_rounds": 2, "calls_per_round": 2, "min_seconds": 0.2, "max_seconds": 2.0, "block_ms": 10.0, "switch_ms": 2.0}
+QUICK = {"min_rounds": 2, "calls_per_round": 2, "min_seconds": 0.2, "max_seconds": 2.0, "block_ms": 10.0,
+         "switch_ms": 2.0}
