@@ -6,6 +6,9 @@ PY     := $(VENV)/bin/python
 EXTRA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 # The CPU build of torch; installing it first keeps the resolver from pulling CUDA wheels.
 TORCH  ?= torch==2.13.0
+# On a CPU, OpenVINO competes with ONNX Runtime in the build-cpu stage (docs/openvino.md).
+comma := ,
+RUNTIME_EXTRAS := $(EXTRA)$(if $(filter cpu,$(EXTRA)),$(comma)openvino)
 SAMPLES := sample_models/out
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 
@@ -15,11 +18,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[$(EXTRA),samples]"
+	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples]"
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed
-	$(PIP) -e ".[$(EXTRA),samples,test]" "$(TORCH)"
+	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples,test]" "$(TORCH)"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -20,13 +20,7 @@ from optcli.calibration.dataset import SampleSet
 from optcli.latency import median_ci, stats_from_samples
 from optcli.runtime.base import Runner
 
-EVAL_BATCH = 32
-
-
-def runner_outputs(runner: Runner, samples: SampleSet) -> list[np.ndarray]:
-    """All outputs of `runner` over `samples`, concatenated over batches, in output order."""
-    chunks = [runner.run_normalized(runner.normalize(b)) for b in samples.batches(EVAL_BATCH)]
-    return [np.concatenate([np.asarray(c[i]) for c in chunks]) for i in range(len(chunks[0]))]
+from optcli.quantize.evaluate import runner_outputs
 
 
 def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str],

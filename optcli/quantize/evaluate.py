@@ -22,13 +22,32 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
         target = expose_tensors(path, extra_outputs)
     runner = OnnxRuntimeRunner(target, **(runner_options or {}))
     try:
-        chunks = [runner.run_normalized(runner.normalize(b)) for b in samples.batches(EVAL_BATCH)]
-        names = [o.name for o in runner.outputs]
+        return runner_outputs(runner, samples), [o.name for o in runner.outputs]
     finally:
         runner.close()
         if target != path:
             target.unlink(missing_ok=True)
-    return [np.concatenate([c[i] for c in chunks]) for i in range(len(names))], names
+
+
+def fixed_batch(runner: Any) -> int | None:
+    """The batch a static-batch model takes (dim 0 of its first input), or None when dim 0 is dynamic."""
+    dim = runner.inputs[0].shape[0] if runner.inputs and runner.inputs[0].shape else None
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def runner_outputs(runner: Any, samples: SampleSet) -> list[np.ndarray]:
+    """All outputs of `runner` over `samples`, concatenated over batches, in output order. A static-batch
+    model gets batches of exactly its size: the last one padded by repeating its first sample, and the
+    padding's outputs dropped."""
+    size = fixed_batch(runner) or EVAL_BATCH
+    chunks = []
+    for b in samples.batches(size):
+        n = len(next(iter(b.values())))
+        if n < size and fixed_batch(runner):
+            b = {k: np.concatenate([v, np.repeat(v[:1], size - n, axis=0)]) for k, v in b.items()}
+        outs = runner.run_normalized(runner.normalize(b))
+        chunks.append([np.asarray(o)[:n] for o in outs])
+    return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 
 def expose_tensors(path: Path, tensors: list[str]) -> Path:

@@ -96,7 +96,9 @@ def register(cls: type[Stage]) -> type[Stage]:
 
 
 def registered() -> list[type[Stage]]:
-    return sorted(_REGISTRY.values(), key=lambda c: c.order)
+    # Ties in `order` (the two build stages) break by name, not by import order: a stage module
+    # imported early elsewhere must not renumber the run's folders.
+    return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.name))
 
 
 def config_dict(obj: Any) -> dict[str, Any]:

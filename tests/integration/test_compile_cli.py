@@ -74,8 +74,12 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
     assert report["status"] == "ok" and report["error"] is None
     names = [s["name"] for s in report["stages"]]
     assert names[:3] == STAGES
-    for s in report["stages"][3:]:  # stages of later issues: nothing to do for a CPU fp32 run
-        assert s["status"] == "skipped" and s["reason"], s
+    # Stages of later issues: nothing to do for a CPU fp32 run, except build-cpu where OpenVINO is
+    # installed (then it measures onnxruntime against OpenVINO FP32 and keeps one of them).
+    built = [s for s in report["stages"][3:] if s["status"] != "skipped"]
+    assert [s["name"] for s in built] in ([], ["build-cpu"]), built
+    for s in report["stages"][3:]:
+        assert s["status"] == "ok" if s in built else s["reason"], s
     for s in report["stages"]:
         assert STAGE_KEYS <= set(s), s.keys()
         assert s["status"] in ("ok", "skipped", "cached", "failed", "interrupted", "not-run")
@@ -87,12 +91,19 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
             assert isinstance(s["graph"]["nodes_after"], int) and s["graph"]["nodes_after"] > 0
             assert sum(s["graph"]["ops_after"].values()) == s["graph"]["nodes_after"]
             acc = s["accuracy"]
-            assert acc["reference"] in ("torch-fp32", "onnx-fp32")
+            assert acc["reference"] in ("torch-fp32", "onnx-fp32", "fp32-onnx")
             assert acc["max_abs_err"] < 1e-4
             assert acc["cosine_min"] > 0.9999
     final = report["final"]
-    assert final["artifact"] == "03-fuse/model.onnx"
-    assert final["precision"] == "fp32" and final["backend"] == "onnxruntime"
+    assert final["precision"] == "fp32"
+    if built:  # the measured choice: onnxruntime's ONNX or an OpenVINO FP32 IR
+        chosen = built[0]["details"]["chosen"]
+        assert chosen in ("onnxruntime-fp32", "openvino-fp32")
+        assert final["backend"] == chosen.split("-")[0]
+        name = "model.onnx" if final["backend"] == "onnxruntime" else "model.xml"
+        assert final["artifact"] == f"04-build-cpu/{name}"
+    else:
+        assert final["artifact"] == "03-fuse/model.onnx" and final["backend"] == "onnxruntime"
 
 
 # -- one measured run of the CNN .pt2 through click's CliRunner, shared by the schema tests ----------
@@ -320,7 +331,9 @@ def test_python_factory_with_input_subprocess(factory_file: Path, tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     report = read_report(out)
     assert [s["name"] for s in core_stages(report)] == ["export", "simplify"]  # --no-fuse drops the stage
-    assert report["final"]["artifact"] == "02-simplify/model.onnx"
+    # The final artifact comes from simplify, or from build-cpu (numbered 03 now) where OpenVINO competes.
+    assert report["final"]["artifact"] in ("02-simplify/model.onnx", "03-build-cpu/model.onnx",
+                                           "03-build-cpu/model.xml")
 
 
 def test_default_out_folder(matmul_onnx: Path, tmp_path: Path) -> None:

@@ -116,3 +116,17 @@ def test_the_blocker_really_blocks() -> None:
     # Guards the guard: with the blocker on, torch cannot be imported.
     proc = run_python(blocker_source("torch") + "import torch\n")
     assert proc.returncode != 0 and "blocked by the test" in proc.stderr
+
+
+def test_stage_order_does_not_depend_on_import_order() -> None:
+    # build_tensorrt imported first (as the TensorRT contract tests do) used to put it before
+    # build-cpu and renumber the run's folders (04-build-cpu became 05-build-cpu).
+    code = """
+import optcli.stages.build_tensorrt
+from optcli.stages import all_stages
+print(",".join(s.name for s in all_stages()))
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    names = proc.stdout.strip().split(",")
+    assert names.index("build-cpu") < names.index("build-tensorrt"), names

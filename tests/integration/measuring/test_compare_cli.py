@@ -10,12 +10,16 @@ import pytest
 
 import optcli
 from optcli.benchmark.artifacts import resolve_artifact
+from optcli.cpu.options import installed
 from optcli.errors import EXIT_ACCURACY, AccuracyError
 
 from measuring_models import run_cli
 
 QUICK = ["--runs", "5", "--min-seconds", "0.05", "--max-seconds", "0.5"]
 QUICK_API = {"runs": 5, "min_seconds": 0.05, "max_seconds": 0.5, "warmup_seconds": 0.0}
+# With OpenVINO installed, build-cpu ends every CPU variant: it measures onnxruntime against OpenVINO
+# and its choice (a copy in NN-build-cpu/) is the variant's artifact, its check the accuracy.
+OPENVINO = installed("openvino")
 
 
 def _stage_status(report: Path) -> dict[str, str]:
@@ -31,18 +35,23 @@ def test_compare_fp32_against_no_fusion(mlp_onnx: Path, tmp_path: Path) -> None:
     assert [v["name"] for v in data["variants"]] == ["fp32", "nofuse", "raw"]
     assert data["recommended"] in ("fp32", "nofuse", "raw") and data["pareto"]
     assert data["tolerance"] == {"cosine": 0.99} and data["settings"]["order"] == ["fp32", "nofuse", "raw"]
-    raw = data["variants"][2]       # no stage ran: the artifact is the input model, exact by definition
-    assert Path(raw["artifact"]) == mlp_onnx and raw["accuracy_source"] == "the input model itself"
+    raw = data["variants"][2]
+    if OPENVINO:
+        assert "-build-cpu/" in raw["artifact"] and raw["accuracy_source"] == "build-cpu stage"
+    else:                           # no stage ran: the artifact is the input model, exact by definition
+        assert Path(raw["artifact"]) == mlp_onnx and raw["accuracy_source"] == "the input model itself"
     for v in data["variants"]:
         assert v["status"] == "ok" and v["precision"] == "fp32" and v["meets_tolerance"] is True
         assert v["latency_b1"]["batch"] == 1 and v["latency_b8"]["batch"] == 8 and v["throughput_b8"] > 0
         assert v["p50_ci_ms"][0] <= v["latency_b1"]["p50"] <= v["p50_ci_ms"][1]
         assert v["accuracy"]["cosine_mean"] > 0.999 and v["size_bytes"] > 0
     by_name = {v["name"]: v for v in data["variants"]}
-    assert "03-fuse" in by_name["fp32"]["artifact"] and "fuse" not in Path(by_name["nofuse"]["artifact"]).parent.name
+    last = "04-build-cpu" if OPENVINO else "03-fuse"
+    assert last in by_name["fp32"]["artifact"] and "fuse" not in Path(by_name["nofuse"]["artifact"]).parent.name
     # Each variant in its own folder; the second reused the first one's simplify stage.
     assert _stage_status(out / "nofuse" / "report.json")["simplify"] == "cached"
-    assert sorted(p.name for p in (out / "nofuse").iterdir() if p.is_dir()) == ["02-simplify"]   # no 03-fuse linked in
+    folders = sorted(p.name for p in (out / "nofuse").iterdir() if p.is_dir())
+    assert folders == (["02-simplify", "03-build-cpu"] if OPENVINO else ["02-simplify"])   # no 03-fuse linked in
     assert json.loads((out / "compare.json").read_text())["recommended"] == data["recommended"]
     md = (out / "compare.md").read_text()
     assert f"**Recommended: `{data['recommended']}`**" in md and "| nofuse" in md and "| fp32" in md
@@ -80,7 +89,8 @@ def test_compare_precisions_of_a_pytorch_model(cnn_pt2: Path, calib_dir: Path, t
         if by_name[name].precision != name:
             pytest.skip(f"the pipeline built {by_name[name].precision} for {name}: no {name} stage here")
     assert all(v.status == "ok" for v in result.variants), [v.error for v in result.variants]
-    assert by_name["int8"].accuracy_source == "quantize-int8 stage" and by_name["int8"].accuracy["samples"] > 0
+    int8_source = "build-cpu stage" if OPENVINO else "quantize-int8 stage"
+    assert by_name["int8"].accuracy_source == int8_source and by_name["int8"].accuracy["samples"] > 0
     assert by_name["fp16"].accuracy_source == "quantize-fp16 stage"
     # (no size ordering: on a model this tiny the Q/DQ nodes outweigh the int8 weights they save)
     assert all(v.size_bytes > 0 and Path(v.artifact).is_file() for v in result.variants)
