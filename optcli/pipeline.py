@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,8 @@ class Pipeline:
                 current.status, current.reason = "failed", message
             report.status = "failed"
             report.error = {"type": type(exc).__name__, "message": message, "hint": "rerun with --debug",
-                            "exit_code": 1, "stage": current.name if current else None}
+                            "exit_code": 1, "stage": current.name if current else None,
+                            "traceback": _traceback_text(exc)}
             _mark_not_run(report, "an earlier stage failed" if current else "the run failed before this stage")
             report.seconds = round(time.perf_counter() - t_start, 3)
             report.write(self.out)
@@ -405,8 +407,17 @@ def _model_error_line(exc: Exception) -> str:
 
 
 def _error_json(exc: OptcliError, stage: str | None) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
-            "stage": stage}
+    out = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
+           "stage": stage}
+    if exc.__cause__ is not None:  # a library's failure behind the one-line message: --debug prints it
+        out["traceback"] = _traceback_text(exc)
+    return out
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The formatted traceback (with its cause chain), capped so a report stays readable."""
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= 20000 else "...\n" + text[-20000:]
 
 
 def _config_json(config: CompileConfig) -> dict[str, Any]:

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     # --debug anywhere on the line (also after the subcommand) shows tracebacks.
     debug = "--debug" in args or os.environ.get("OPTCLI_DEBUG") == "1"
     args = [a for a in args if a != "--debug"]
+    before = os.environ.get("OPTCLI_DEBUG")
+    if debug:  # commands that print an error recorded in a report print its traceback too
+        os.environ["OPTCLI_DEBUG"] = "1"
     try:
         code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
     except OptcliError as exc:
@@ -80,6 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         _print_error(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                      "rerun with --debug for the traceback, and report it")
         sys.exit(EXIT_STAGE_FAILED)
+    finally:
+        if before is None:
+            os.environ.pop("OPTCLI_DEBUG", None)
+        else:
+            os.environ["OPTCLI_DEBUG"] = before
     sys.exit(code if isinstance(code, int) else 0)
 
 

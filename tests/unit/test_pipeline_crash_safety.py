@@ -137,3 +137,29 @@ def test_stale_partials_of_a_killed_run_are_removed(matmul_onnx: Path, tmp_path:
     Pipeline(config(matmul_onnx, out)).run()
     assert leftovers(out) == []
     assert (out / "02-simplify" / "model.onnx").stat().st_size > 100
+
+
+def _stage_error_with_cause() -> StageError:
+    try:
+        raise RuntimeError("onnxsim: [ShapeInferenceError] inside the C++ library")
+    except RuntimeError as cause:
+        err = StageError("onnxsim failed: [ShapeInferenceError]", hint="skip this stage with --no-simplify")
+        err.__cause__ = cause
+        return err
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_debug_prints_the_traceback_behind_a_stage_failure(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Path,
+                                                            tmp_path: Path, debug: bool) -> None:
+    # A stage's failure is recorded in the report, not raised: the library's traceback behind its
+    # one-line message is kept in report.json and printed only with --debug.
+    out = tmp_path / "out"
+    monkeypatch.setattr(SimplifyStage, "run", half_write_then(_stage_error_with_cause()))
+    argv = ["compile", str(matmul_onnx), "--out", str(out), "--no-bench", "--target", "cpu"] + (["--debug"] * debug)
+    code, stdout, stderr = run_main(*argv)
+    assert code == 1 and "error: onnxsim failed" in stderr
+    assert ("Traceback" in stderr and "RuntimeError: onnxsim: [ShapeInferenceError]" in stderr) is debug
+    error = json.loads((out / "report.json").read_text())["error"]
+    assert "RuntimeError: onnxsim: [ShapeInferenceError] inside the C++ library" in error["traceback"]
+    import os
+    assert "OPTCLI_DEBUG" not in os.environ  # --debug does not outlive the call
