@@ -67,6 +67,10 @@ def final_lines(report: RunReport) -> list[str]:
                      f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")
     if dep and ref:
         lines.append(f"  {ref['p50'] / dep['p50']:.2f}x faster than {ref['runtime']} (p50 {ref['p50']:.3f} ms)")
+    built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
+    if built is not None and built.details.get("chosen"):
+        # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
+        lines.append(f"  build-cpu chose {built.details['chosen']}: {built.details.get('why', '')}")
     from optcli.environment import busy_warning
 
     warning = busy_warning(report.environment)

@@ -45,6 +45,9 @@ def test_fp32_builds_both_backends_measures_them_and_keeps_a_passing_one(model: 
         assert c["latency_ms"]["p50"] > 0 and len(c["latency_ms"]["p50_ci"]) == 2
     assert st.details["measurement"]["order"] == ["onnxruntime-fp32", "openvino-fp32"]
     assert st.details["chosen"] in cands and st.details["why"]
+    from optcli.cli.render import final_lines  # the terminal names the winner and the reason
+
+    assert f"  build-cpu chose {st.details['chosen']}: {st.details['why']}" in final_lines(r)
     assert cands["openvino-fp32"]["runner_options"] == {"precision": "fp32"}
     final = r.final
     assert final["format"] in ("onnx", "openvino")
