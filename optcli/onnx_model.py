@@ -93,3 +93,20 @@ def looks_like_encoder(ops: dict[str, int]) -> bool:
     """Transformer encoder: attention (MatMul + Softmax) and layer norms (fused or decomposed)."""
     has_norm = any(k.endswith("LayerNormalization") for k in ops) or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops))
     return "Softmax" in ops and "MatMul" in ops and has_norm or "com.microsoft.Attention" in ops
+
+
+def int_bounds_onnx(path: Path) -> dict[str, int]:
+    """For int graph inputs used as Gather indices into an initializer: that table's size."""
+    model = load_onnx(path, load_weights=False)
+    g = model.graph
+    inits = {i.name: list(i.dims) for i in g.initializer}
+    int_inputs = {v.name for v in g.input if v.type.tensor_type.elem_type in (6, 7)}  # int32, int64
+    bounds: dict[str, int] = {}
+    for node in g.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in int_inputs \
+                and node.input[0] in inits:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            size = inits[node.input[0]][axis] if inits[node.input[0]] else 0
+            if size > 0:
+                bounds[node.input[1]] = min(bounds.get(node.input[1], size), size)
+    return bounds

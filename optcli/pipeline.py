@@ -88,8 +88,14 @@ class Pipeline:
         inputs = self._batch_dim(inputs, fixed)
         if torch_model is not None:
             torch_model.inputs = inputs
+        if torch_model is not None:
+            int_high = dict(torch_model.int_high)
+        else:  # the user's ONNX: token ids must stay inside the embedding tables they index
+            from optcli.onnx_model import int_bounds_onnx
+
+            int_high = int_bounds_onnx(source.path) if source.format == "onnx" else {}
         return StageContext(config=self.config, source=source, inputs=inputs, target=target,
-                            out_dir=self.out, torch_model=torch_model)
+                            out_dir=self.out, torch_model=torch_model, int_high=int_high)
 
     def _batch_dim(self, inputs: list[TensorSpec], fixed: int | None) -> list[TensorSpec]:
         """Dim 0 is the batch: dynamic unless --static-batch or the model itself fixes it (a pinned size
@@ -105,8 +111,7 @@ class Pipeline:
 
     def _reference(self, ctx: StageContext) -> dict[str, Any]:
         """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""
-        int_high = ctx.torch_model.int_high if ctx.torch_model else {}
-        feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=int_high)
+        feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=ctx.int_high)
         runner = self._source_runner(ctx)
         try:
             outs = runner.run_normalized(runner.normalize(feeds))
@@ -145,8 +150,7 @@ class Pipeline:
         else:
             runner = self._artifact_runner(artifact, optimization)
         try:
-            int_high = ctx.torch_model.int_high if ctx.torch_model else {}
-            feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=int_high))
+            feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
             samples = time_calls(lambda: runner.run_normalized(feeds), warmup_runs=bench.warmup_runs,
                                  warmup_seconds=bench.warmup_seconds, runs=bench.runs,
                                  min_seconds=bench.min_seconds, max_seconds=bench.max_seconds)

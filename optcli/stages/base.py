@@ -32,6 +32,9 @@ class StageContext:
     target: str                     # resolved: cpu | tensorrt
     out_dir: Path
     torch_model: TorchModel | None = None
+    # Upper bounds for random int inputs (token ids): the embedding table's size, or what the PyTorch
+    # example held; inputs not named here get [0, 100).
+    int_high: dict[str, int] = field(default_factory=dict)
     # Named sample batches the pipeline prepared: "verify" (fixed random), "calib", "eval" ...
     samples: dict[str, Any] = field(default_factory=dict)
     # Facts the pipeline learned (GPU probe, TensorRT version) that stages may read.

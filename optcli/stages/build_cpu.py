@@ -171,8 +171,7 @@ class BuildCpuStage(Stage):
         if q.calib is not None or q.eval is not None:
             source = q if q.calib is not None else type(q)(**{**q.__dict__, "calib": q.eval})
             return None, split_calibration(source, specs, holdout_needed=False)[1]
-        int_high = self.ctx.torch_model.int_high if self.ctx.torch_model else {}
-        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=int_high)
+        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=self.ctx.int_high)
         return None, SampleSet(arrays, None, "random inputs", "random")
 
     # -- the work ----------------------------------------------------------------------------
@@ -317,13 +316,12 @@ class BuildCpuStage(Stage):
             return {"rounds": 0}
         batch = self.ctx.config.bench.batch
         sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
-        int_high = self.ctx.torch_model.int_high if self.ctx.torch_model else {}
         runners: dict[str, Any] = {}
         try:
             for c in ran:
                 runners[c.name] = self._open(c, threads)
             arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
-                                                                            int_high=int_high)
+                                                                            int_high=self.ctx.int_high)
             feeds = {name: r.normalize(arrays) for name, r in runners.items()}
             stats, info = interleaved(runners, feeds, batch=batch, min_rounds=cfg.min_rounds,
                                       calls_per_round=cfg.calls_per_round, min_seconds=cfg.min_seconds,

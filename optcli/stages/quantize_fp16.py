@@ -60,8 +60,7 @@ class QuantizeFp16Stage(Stage):
                 q_calib = type(q)(**{**q.__dict__, "calib": q.eval})
                 return split_calibration(q_calib, self.ctx.inputs, holdout_needed=False)[1]
             return split_calibration(q, self.ctx.inputs, holdout_needed=False)[1]
-        int_high = self.ctx.torch_model.int_high if self.ctx.torch_model else {}
-        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=int_high)
+        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=self.ctx.int_high)
         return SampleSet(arrays, None, "random inputs", "random")
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
