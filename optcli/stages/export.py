@@ -9,6 +9,10 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import re
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,17 +41,54 @@ def _quiet() -> Any:
     level = onnx_logger.level
     onnx_logger.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), warnings.catch_warnings():
+        with _native_output_silenced(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield buf
     finally:
         onnx_logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _native_output_silenced() -> Any:
+    """File descriptors 1 and 2 to a scratch file: the TorchScript exporter's C++ side prints the whole
+    graph ("Torch IR graph at exception: ...") straight to the process's stdout when an op has no ONNX
+    symbolic, past Python's redirects (and --json promises nothing but JSON on stdout)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+    except (OSError, ValueError, AttributeError):  # no real fds (embedded interpreters, some runners)
+        yield
+        return
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 1)
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield
+        finally:
+            for fd, copy in ((1, saved[0]), (2, saved[1])):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _last_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:240]
+    """The line that says what went wrong: the first line of the innermost exception in the chain
+    (the dynamo exporter wraps "No ONNX function found for aten.X" in two generic ConversionErrors)."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain and len(chain) < 8:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(chain):
+        lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+        if lines:
+            prefix = f"{type(e).__name__}: " if e is not exc else ""
+            return (prefix + lines[0])[:240]
+    return type(exc).__name__
 
 
 @register
@@ -82,6 +123,7 @@ class ExportStage(Stage):
             exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
         out = workdir / "model.onnx"
         attempts: list[dict[str, Any]] = []
+        last: Exception | None = None  # the last exporter's exception: --debug prints its traceback
         for exporter in exporters:
             try:
                 with _quiet():
@@ -98,9 +140,11 @@ class ExportStage(Stage):
                 verify = self._verify(out, torch, static=cfg.static_batch)
             except StageError as exc:
                 attempts.append({"exporter": exporter, "error": exc.message})
+                last = exc
                 continue
             except Exception as exc:  # exporter internals raise anything; we try the next one
                 attempts.append({"exporter": exporter, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
+                last = exc
                 continue
             # What the file holds: the exporters quietly pick another opset when they cannot convert.
             opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -109,8 +153,13 @@ class ExportStage(Stage):
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
+        # Suggest only what this run did not already try.
+        tries = [] if "torchscript" in exporters else ["--exporter torchscript"]
+        tries += [] if cfg.static_batch else ["--static-batch"]
+        tries.append("another --opset")
         raise StageError(f"no exporter produced a correct ONNX ({reasons})",
-                         hint="try --exporter torchscript, --static-batch, or a newer --opset; --debug shows more")
+                         hint=f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
+                              "--debug prints the exporter's traceback") from last
 
     def _export_dynamo(self, torch: Any) -> Any:
         tm = self.ctx.torch_model

@@ -410,3 +410,34 @@ def test_factory_that_raises(tmp_path: Path, out: Path) -> None:
     path.write_text("def make():\n    raise RuntimeError('cannot build today')\n")
     code, stdout, stderr = run_main("compile", f"{path}:make", "--out", str(out), "--no-bench")
     assert_one_line_error(code, stdout, stderr, EXIT_USAGE, "raised RuntimeError", "cannot build today")
+
+
+# -- a model no exporter can convert (exit 1, the op named, nothing but JSON on stdout) -----------------
+
+UNEXPORTABLE = """
+import torch
+
+
+class Eig(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.eigvals(x).real   # no ONNX function in either exporter
+
+
+def make():
+    return Eig(), (torch.randn(2, 4, 4),)
+"""
+
+
+def test_unexportable_op_is_named_and_stdout_stays_json(tmp_path: Path) -> None:
+    (tmp_path / "eig.py").write_text(UNEXPORTABLE)
+    p = run_optcli("compile", f"{tmp_path / 'eig.py'}:make", "--out", str(tmp_path / "o"), "--no-bench",
+                   "--target", "cpu", "--json")
+    assert p.returncode == 1, p.stderr
+    # The TorchScript exporter's C++ side prints the graph to fd 1: it must not reach stdout or stderr.
+    assert "Torch IR graph" not in p.stdout + p.stderr
+    report = json.loads(p.stdout)
+    error = report["error"]
+    assert error["stage"] == "export" and "linalg_eig" in error["message"]
+    assert "\x1b[" not in error["message"]                   # no terminal colour codes from the exporter
+    assert "--exporter torchscript" not in error["hint"]     # both exporters were already tried
+    assert "linalg_eig" in error["traceback"]                # what --debug prints
