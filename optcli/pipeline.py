@@ -88,7 +88,6 @@ class Pipeline:
         inputs = self._batch_dim(inputs, fixed)
         if torch_model is not None:
             torch_model.inputs = inputs
-        if torch_model is not None:
             int_high = dict(torch_model.int_high)
         else:  # the user's ONNX: token ids must stay inside the embedding tables they index
             from optcli.onnx_model import int_bounds_onnx

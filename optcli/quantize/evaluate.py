@@ -39,11 +39,12 @@ def runner_outputs(runner: Any, samples: SampleSet) -> list[np.ndarray]:
     """All outputs of `runner` over `samples`, concatenated over batches, in output order. A static-batch
     model gets batches of exactly its size: the last one padded by repeating its first sample, and the
     padding's outputs dropped."""
-    size = fixed_batch(runner) or EVAL_BATCH
+    fixed = fixed_batch(runner)
+    size = fixed or EVAL_BATCH
     chunks = []
     for b in samples.batches(size):
         n = len(next(iter(b.values())))
-        if n < size and fixed_batch(runner):
+        if n < size and fixed:
             b = {k: np.concatenate([v, np.repeat(v[:1], size - n, axis=0)]) for k, v in b.items()}
         outs = runner.run_normalized(runner.normalize(b))
         chunks.append([np.asarray(o)[:n] for o in outs])
