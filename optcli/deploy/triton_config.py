@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optcli.deploy.pbtxt import Comment, Enum, MapEntries
-from optcli.deploy.triton_source import PLATFORM_ONNX, ServedModel
+from optcli.deploy.triton_source import BACKEND_OPENVINO, PLATFORM_ONNX, ServedModel
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, merge_pinned
 
@@ -32,6 +32,9 @@ _BACKEND_TYPES = {
     PLATFORM_ONNX: set(_TRITON_TYPES.values()) - {"TYPE_BF16"},
     "tensorrt_plan": {"TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16",
                       "TYPE_FP32", "TYPE_BF16"},
+    # The OpenVINO backend's type map (openvino_backend src/openvino_utils.cc): no BF16, FP64 or strings.
+    BACKEND_OPENVINO: {"TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8",
+                       "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32"},
 }
 _FLOAT_TYPES = {"TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_BF16"}
 
@@ -229,6 +232,34 @@ def _onnx_runtime(model: ServedModel, opts: TritonOptions, kind: str, notes: lis
     return {"optimization": optimization, "parameters": MapEntries(params) if params else None}
 
 
+def _openvino(model: ServedModel, opts: TritonOptions, notes: list[str]) -> dict[str, Any]:
+    """The OpenVINO backend's parameters (its README): precision, streams and threads as optcli ran it."""
+    def param(key: str, value: str) -> dict[str, Any]:
+        return {"key": key, "value": {"string_value": value}}
+
+    params = []
+    gated = model.facts.get("inference_precision")
+    if gated == "bf16":
+        params.append(param("HINT_BF16", "YES"))
+    elif gated == "f32":
+        # The backend has a BF16 switch but no FP32 one, and OpenVINO computes in BF16 by default on
+        # CPUs that have it: there, Triton would run this IR in a precision optcli did not gate.
+        notes.append("optcli gated this IR at FP32, but Triton's OpenVINO backend cannot ask for FP32 (it has only "
+                     "HINT_BF16): on a CPU with BF16 (AVX-512 BF16, AMX) it computes in BF16. Check accuracy there, "
+                     "compile with --bf16 to gate what it will run, or serve the ONNX (--backend onnxruntime)")
+    # One instance: latency mode, one stream (what optcli measured); N instances: N streams side by side.
+    if opts.instances == 1:
+        params += [param("NUM_STREAMS", "1"), param("PERFORMANCE_HINT", "LATENCY")]
+    else:
+        params.append(param("NUM_STREAMS", str(opts.instances)))
+    if opts.intra_op_threads is not None:
+        if opts.intra_op_threads < 0:
+            raise UsageError("--intra-op-threads must be 0 (all cores) or more")
+        if opts.intra_op_threads:
+            params.append(param("INFERENCE_NUM_THREADS", str(opts.intra_op_threads)))
+    return {"parameters": MapEntries(params)}
+
+
 def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str = "") -> ResolvedConfig:
     """The config.pbtxt tree for `model` served as `name`; one-line UsageErrors for impossible settings."""
     notes: list[str] = []
@@ -238,7 +269,14 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     if kind not in KINDS:
         raise UsageError(f"unknown --kind {kind!r}", hint="use cpu or gpu")
     onnx = model.platform == PLATFORM_ONNX
-    if not onnx:
+    openvino = model.platform == BACKEND_OPENVINO
+    if openvino:
+        if kind != "cpu":
+            raise UsageError("optcli builds and checks OpenVINO IRs for the CPU", hint="drop --kind gpu")
+        for flag, value in (("--graph-level", opts.graph_level), ("--ort-tensorrt", opts.ort_tensorrt or None)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to ONNX models, not OpenVINO IRs")
+    elif not onnx:
         if kind != "gpu":
             raise UsageError("a TensorRT engine runs on the GPU only", hint="drop --kind cpu (or serve the ONNX)")
         for flag, value in (("--graph-level", opts.graph_level), ("--intra-op-threads", opts.intra_op_threads),
@@ -267,7 +305,8 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     tree: dict[str, Any] = {}
     if header:
         tree["#header"] = Comment(header)
-    tree.update({"name": name, "platform": model.platform, "max_batch_size": mbs,
+    # Triton: `platform` for ONNX Runtime and TensorRT, `backend` for OpenVINO.
+    tree.update({"name": name, ("backend" if openvino else "platform"): model.platform, "max_batch_size": mbs,
                  "input": [_tensor(s, model.platform, batching) for s in model.inputs],
                  "output": [_tensor(s, model.platform, batching) for s in model.outputs]})
     if dynamic:
@@ -286,6 +325,8 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     tree["instance_group"] = [group]
     if onnx:
         tree.update({k: v for k, v in _onnx_runtime(model, opts, kind, notes).items() if v is not None})
+    if openvino:
+        tree.update(_openvino(model, opts, notes))
     dims, why = _warmup_dims(model, opts, batching)
     if opts.warmup and why is None:
         tree["model_warmup"] = _warmup(model, dims, model.platform, mbs)

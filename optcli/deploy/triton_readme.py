@@ -45,8 +45,10 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
              "(`optcli export-triton`).",
              "",
              f"- source: {model.source}",
-             f"- platform: `{model.platform}`; model file: `{version}/{model.filename}`"
-             + (" (a folder: the graph plus its external weights)" if model.external_data else ""),
+             (f"- backend: `{model.platform}`; model files: `{version}/model.xml` and `{version}/model.bin`"
+              if model.format == "openvino" else
+              f"- platform: `{model.platform}`; model file: `{version}/{model.filename}`"
+              + (" (a folder: the graph plus its external weights)" if model.external_data else "")),
              f"- precision: {model.precision}; max_batch_size: {cfg.max_batch_size}"
              + ("" if batching else " (no batching: requests carry the full shape)"),
              "- dynamic batching: " + (("on, preferred batch sizes " + ", ".join(map(str, cfg.preferred_batch_sizes))
@@ -77,6 +79,8 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
               "Run from the folder where `optcli export-triton` was run (the repository is "
               f"`{repo}`). With Docker, picking the Triton release `<YY.MM>` "
               + ("whose TensorRT matches the engine's:" if model.format == "engine" else
+                 "whose OpenVINO reads this IR (as new as the OpenVINO that wrote it, or newer):"
+                 if model.format == "openvino" else
                  "whose ONNX Runtime supports this model's opset"
                  + (f" ({model.facts['opset']})" if model.facts.get("opset") else "") + ":"), "",
               _cmd(["docker run --rm " + " ".join(docker_gpu + ["-p 8000:8000 -p 8001:8001 -p 8002:8002"]),

@@ -91,7 +91,13 @@ def _check_repo(repo: Path) -> None:
 
 
 def _copy_model(model: ServedModel, dest: Path) -> Path:
-    """Copy the model file into a version folder; ONNX with external weights becomes a model.onnx/ folder."""
+    """Copy the model file into a version folder; ONNX with external weights becomes a model.onnx/ folder;
+    an OpenVINO IR is model.xml + model.bin side by side (the backend reads the .bin beside the .xml)."""
+    if model.format == "openvino":
+        target = dest / model.filename
+        shutil.copy2(model.path, target)
+        shutil.copy2(model.path.with_suffix(".bin"), target.with_suffix(".bin"))
+        return target
     if model.external_data:
         # Triton's layout for multi-file ONNX: <version>/model.onnx/model.onnx plus the weight files.
         folder = dest / model.filename
@@ -109,7 +115,7 @@ def _copy_model(model: ServedModel, dest: Path) -> Path:
 
 def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
                   name: str | None = None, version: int | None = None, force: bool = False) -> TritonExport:
-    """Write a ready Triton model repository entry for `source` (report.json, .onnx, .engine/.plan)."""
+    """Write a ready Triton model repository entry for `source` (report.json, .onnx, OpenVINO .xml, .engine)."""
     options = options or TritonOptions()
     model = resolve_source(source)
     repo = Path(repo)

@@ -1,5 +1,6 @@
-"""What to serve: a run's report.json (its final artifact), an ONNX file, or a TensorRT engine with
-its metadata, resolved into one ServedModel that the config builder and the repository writer read."""
+"""What to serve: a run's report.json (its final artifact), an ONNX file, an OpenVINO IR, or a TensorRT
+engine with its metadata, resolved into one ServedModel that the config builder and the repository
+writer read."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,8 @@ from optcli.tensor_spec import TensorSpec
 
 PLATFORM_ONNX = "onnxruntime_onnx"
 PLATFORM_TENSORRT = "tensorrt_plan"
+# Triton names OpenVINO as a backend (`backend: "openvino"` in config.pbtxt), not as a platform.
+BACKEND_OPENVINO = "openvino"
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 _QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 _DYNAMIC_INT8_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "com.microsoft.DynamicQuantizeMatMul"}
@@ -24,8 +27,8 @@ class ServedModel:
     """One model file and everything Triton's config needs to know about it."""
 
     path: Path
-    format: str                      # onnx | engine
-    platform: str                    # onnxruntime_onnx | tensorrt_plan
+    format: str                      # onnx | engine | openvino
+    platform: str                    # onnxruntime_onnx | tensorrt_plan | openvino (a backend name)
     filename: str                    # the name Triton expects in the version folder
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
@@ -33,7 +36,7 @@ class ServedModel:
     default_kind: str                # cpu | gpu: where the artifact was built to run
     default_name: str
     source: str                      # one line for the README: where this came from
-    external_data: list[str] = field(default_factory=list)       # ONNX weights files beside `path`
+    external_data: list[str] = field(default_factory=list)       # weight files beside `path` (ONNX, IR .bin)
     profiles: list[dict[str, Profile]] = field(default_factory=list)  # TensorRT optimization profiles
     shape_hints: dict[str, tuple[int, ...]] = field(default_factory=dict)  # concrete full input shapes known
     facts: dict[str, Any] = field(default_factory=dict)
@@ -64,7 +67,7 @@ class ServedModel:
 
 
 def resolve_source(source: str | Path) -> ServedModel:
-    """A report.json (or the run folder holding one), an .onnx file, or an .engine/.plan file."""
+    """A report.json (or the run folder holding one), an .onnx file, an OpenVINO .xml, or an .engine/.plan."""
     path = Path(source)
     if path.is_dir():
         if not (path / "report.json").is_file():
@@ -80,8 +83,10 @@ def resolve_source(source: str | Path) -> ServedModel:
         return _from_onnx(path)
     if suffix in ENGINE_SUFFIXES:
         return _from_engine(path)
+    if suffix == ".xml":
+        return _from_openvino(path)
     raise UsageError(f"{path}: cannot serve a {suffix or 'suffix-less'} file on Triton",
-                     hint="pass a run's report.json, an .onnx file or an .engine/.plan file")
+                     hint="pass a run's report.json, an .onnx, an OpenVINO .xml or an .engine/.plan file")
 
 
 def _default_name(path: Path) -> str:
@@ -117,9 +122,11 @@ def _from_report(path: Path) -> ServedModel:
         model = _from_onnx(artifact)
     elif fmt == "engine":
         model = _from_engine(artifact)
+    elif fmt == "openvino":
+        model = _from_openvino(artifact)
     else:
-        raise UsageError(f"{path}: the final artifact is {fmt!r}; Triton export takes onnx or engine artifacts",
-                         hint="compile for the cpu or tensorrt target")
+        raise UsageError(f"{path}: the final artifact is {fmt!r}; Triton export takes onnx, openvino or engine "
+                         "artifacts", hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
     model.precision = final.get("precision") or model.precision
     model_info = data.get("model") or {}
     if model_info.get("path"):
@@ -221,3 +228,29 @@ def _from_engine(path: Path) -> ServedModel:
                        default_name=_default_name(path),
                        source=f"{path} (TensorRT {meta.tensorrt_version or 'version unknown'}, {precision})",
                        profiles=meta.profiles, shape_hints=hints, facts=facts)
+
+
+def _from_openvino(path: Path) -> ServedModel:
+    """An OpenVINO IR (model.xml + model.bin), for Triton's OpenVINO backend (CPU)."""
+    from optcli.optional_imports import require
+    from optcli.runtime.openvino_runner import core, port_spec, recorded_precision, resolve_model_path
+
+    require("openvino", "reading OpenVINO models")
+    path = resolve_model_path(path)
+    try:
+        model = core().read_model(str(path))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"OpenVINO cannot read {path.name}: {first[:300]}",
+                         hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile") from None
+    inputs = [port_spec(p, i) for i, p in enumerate(model.inputs)]
+    outputs = [port_spec(p, i) for i, p in enumerate(model.outputs)]
+    ops = {op.get_type_name() for op in model.get_ops()}
+    # The precision the IR computes in: NNCF's INT8 is FakeQuantize; ONNX Q/DQ converts to it too.
+    gated = recorded_precision(model)          # what optcli measured and gated: f32 | bf16 | None
+    precision = "int8" if "FakeQuantize" in ops else {"bf16": "bf16"}.get(gated or "", "fp32")
+    facts = {"inference_precision": gated}
+    return ServedModel(path=path, format="openvino", platform=BACKEND_OPENVINO, filename="model.xml",
+                       inputs=inputs, outputs=outputs, precision=precision, default_kind="cpu",
+                       default_name=_default_name(path), source=f"{path} (OpenVINO IR, {precision})",
+                       external_data=[path.with_suffix(".bin").name], facts=facts)

@@ -80,7 +80,8 @@ def _element_dtype(element_type: Any) -> str:
         return element_type.get_type_name()
 
 
-def _spec(port: Any, index: int) -> TensorSpec:
+def port_spec(port: Any, index: int) -> TensorSpec:
+    """A model port as a TensorSpec: dynamic dims named (dim 0 `batch`), element type as numpy's name."""
     name = port.get_any_name()
     shape = []
     for i, d in enumerate(port.get_partial_shape()):
@@ -134,8 +135,8 @@ class OpenVINORunner(Runner):
                              hint="try precision='fp32', or rerun with --debug") from exc
         actual = self.compiled.get_property("INFERENCE_PRECISION_HINT")
         self.precision = actual.get_type_name() if hasattr(actual, "get_type_name") else str(actual)
-        super().__init__([_spec(p, i) for i, p in enumerate(self.compiled.inputs)],
-                         [_spec(p, i) for i, p in enumerate(self.compiled.outputs)], concurrency)
+        super().__init__([port_spec(p, i) for i, p in enumerate(self.compiled.inputs)],
+                         [port_spec(p, i) for i, p in enumerate(self.compiled.outputs)], concurrency)
         self._start()
 
     @property
