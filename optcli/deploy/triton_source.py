@@ -36,7 +36,7 @@ class ServedModel:
     default_kind: str                # cpu | gpu: where the artifact was built to run
     default_name: str
     source: str                      # one line for the README: where this came from
-    external_data: list[str] = field(default_factory=list)       # weight files beside `path` (ONNX, IR .bin)
+    external_data: list[str] = field(default_factory=list)       # ONNX weights files beside `path`
     profiles: list[dict[str, Profile]] = field(default_factory=list)  # TensorRT optimization profiles
     shape_hints: dict[str, tuple[int, ...]] = field(default_factory=dict)  # concrete full input shapes known
     facts: dict[str, Any] = field(default_factory=dict)
@@ -232,25 +232,17 @@ def _from_engine(path: Path) -> ServedModel:
 
 def _from_openvino(path: Path) -> ServedModel:
     """An OpenVINO IR (model.xml + model.bin), for Triton's OpenVINO backend (CPU)."""
-    from optcli.optional_imports import require
-    from optcli.runtime.openvino_runner import core, port_spec, recorded_precision, resolve_model_path
+    from optcli.runtime.openvino_runner import port_spec, read_model, recorded_precision, resolve_model_path
 
-    require("openvino", "reading OpenVINO models")
     path = resolve_model_path(path)
-    try:
-        model = core().read_model(str(path))
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"OpenVINO cannot read {path.name}: {first[:300]}",
-                         hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile") from None
+    model = read_model(path)
     inputs = [port_spec(p, i) for i, p in enumerate(model.inputs)]
     outputs = [port_spec(p, i) for i, p in enumerate(model.outputs)]
     ops = {op.get_type_name() for op in model.get_ops()}
     # The precision the IR computes in: NNCF's INT8 is FakeQuantize; ONNX Q/DQ converts to it too.
     gated = recorded_precision(model)          # what optcli measured and gated: f32 | bf16 | None
-    precision = "int8" if "FakeQuantize" in ops else {"bf16": "bf16"}.get(gated or "", "fp32")
+    precision = "int8" if "FakeQuantize" in ops else "bf16" if gated == "bf16" else "fp32"
     facts = {"inference_precision": gated}
     return ServedModel(path=path, format="openvino", platform=BACKEND_OPENVINO, filename="model.xml",
                        inputs=inputs, outputs=outputs, precision=precision, default_kind="cpu",
-                       default_name=_default_name(path), source=f"{path} (OpenVINO IR, {precision})",
-                       external_data=[path.with_suffix(".bin").name], facts=facts)
+                       default_name=_default_name(path), source=f"{path} (OpenVINO IR, {precision})", facts=facts)

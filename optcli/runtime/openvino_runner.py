@@ -73,6 +73,17 @@ def recorded_precision(model: Any) -> str | None:
     return None
 
 
+def read_model(path: Path) -> Any:
+    """The IR at `path` (a resolved .xml), or a one-line UsageError saying why OpenVINO cannot read it."""
+    try:
+        return core().read_model(str(path))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"OpenVINO cannot read {path.name}: {first[:300]}",
+                         hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile"
+                         ) from exc
+
+
 def _element_dtype(element_type: Any) -> str:
     try:
         return str(element_type.to_dtype())
@@ -111,13 +122,7 @@ class OpenVINORunner(Runner):
         self.path = resolve_model_path(path)
         self.threads = threads or (os.cpu_count() or 1)
         self.perf_count = perf_count
-        try:
-            model = core().read_model(str(self.path))
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UsageError(f"OpenVINO cannot read {self.path.name}: {first[:300]}",
-                             hint="the .xml/.bin pair is corrupt or from a newer OpenVINO; re-run optcli compile"
-                             ) from exc
+        model = read_model(self.path)
         self.requested_precision = precision or recorded_precision(model) or "auto"
         config: dict[str, Any] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
         hint = PRECISIONS.get(self.requested_precision)
