@@ -11,6 +11,7 @@ CLI flags, grouped by table:
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,7 @@ class CompileConfig:
     # Sections for stages added later (quantize, build, deploy) live here by stage name, typed by
     # the stage module itself, so adding a stage does not change this file.
     extra: dict[str, Any] = field(default_factory=dict)
+    config_file: Path | None = None   # the TOML file the settings came from, recorded in the report
 
     def out_dir(self) -> Path:
         if self.out is not None:
@@ -125,15 +127,25 @@ class CompileConfig:
         if self.quantize.precision == "int8" and self.quantize.calib is None:
             raise UsageError("--int8 needs calibration data", hint="pass --calib DIR (a folder of .npz files, keys = input names)")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
-            raise UsageError("batch sizes must be >= 1")
+            raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
+        from optcli.quantize.tolerance import check_bounds
+
+        for key in ("cosine", "max_abs", "top1"):
+            value = getattr(self.accuracy, key)
+            if value is not None:
+                check_bounds(key, value, f"[accuracy] {key.replace('_', '-')} = {value!r}")
 
 
 def model_stem(model: str) -> str:
-    """A folder-friendly model name: `path/resnet.pt2` -> `resnet`, `f.py:make_net` -> `f-make_net`."""
+    """A folder-friendly model name: `path/resnet.pt2` -> `resnet`, `f.py:make_net` -> `f-make_net`.
+    Only letters, digits, `_`, `-` and inner dots survive, so a name like `...onnx` (stem `..`) cannot
+    turn the default output folder into the working folder or its parent."""
     if ".py:" in model:
         path, func = model.rsplit(":", 1)
-        return f"{Path(path).stem}-{func}"
-    return Path(model).stem or "model"
+        name = f"{Path(path).stem}-{func}"
+    else:
+        name = Path(model).stem
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "model"
 
 
 def _fill(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -156,6 +168,25 @@ def load_toml(path: Path) -> dict[str, Any]:
     if path.name == "pyproject.toml":
         data = data.get("tool", {}).get("optcli", {})
     return data
+
+
+def code_running_settings(data: dict[str, Any]) -> dict[str, str]:
+    """The settings in a TOML-shaped dict that would make optcli run code from a file (a reader plugin
+    by path or entry point, unpickling a module), as {field: the setting as written}. A config file
+    never turns these on by itself: the command line (or --trust-config) must (docs/security.md)."""
+    from optcli.calibration.builtin_readers import BUILTIN
+
+    def table(name: str) -> dict[str, Any]:
+        t = data.get(name, {})
+        return {k.replace("-", "_"): v for k, v in t.items()} if isinstance(t, dict) else {}
+
+    found: dict[str, str] = {}
+    reader = table("quantize").get("calib_reader")
+    if reader is not None and reader not in BUILTIN:
+        found["calib_reader"] = f"[quantize] calib-reader = {reader!r}"
+    if table("export").get("allow_pickle"):
+        found["allow_pickle"] = "[export] allow-pickle = true"
+    return found
 
 
 def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:

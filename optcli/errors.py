@@ -13,6 +13,7 @@ EXIT_ACCURACY = 3
 EXIT_MISSING_DEPENDENCY = 4
 EXIT_REGRESSION = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells report it
 
 
 class OptcliError(Exception):
@@ -65,3 +66,8 @@ class MissingDependencyError(OptcliError):
         )
         self.package = package
         self.extra = extra
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised by the CLI's handler so a terminated run ends like Ctrl-C: the report says
+    `interrupted`, no half-written folder stays behind, and the exit code is 143."""

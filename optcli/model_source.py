@@ -173,11 +173,15 @@ def _from_pins(module: Any, pinned: list[TensorSpec]) -> TorchModel:
 
 
 def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
-    try:
-        ep = torch.export.load(str(source.path))
-    except Exception as exc:
-        raise UsageError(f"{source.path} could not be loaded with torch.export.load: {str(exc).splitlines()[0][:200]}",
-                         hint="is it truncated, or saved by a much newer torch?") from None
+    from optcli.library_logs import captured_logs, last_error_line
+
+    with captured_logs("torch") as logs:
+        try:
+            ep = torch.export.load(str(source.path))
+        except Exception as exc:
+            cause = last_error_line(logs) or str(exc).splitlines()[0][:200]
+            raise UsageError(f"{source.path} could not be loaded with torch.export.load: {cause}",
+                             hint="is it a torch.export.save archive? truncated, or saved by a much newer torch?") from None
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     args, kwargs = ep.example_inputs or ((), {})
     kwargs = kwargs or {}

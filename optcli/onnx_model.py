@@ -70,9 +70,64 @@ def graph_summary(path: Path) -> dict[str, Any]:
     return {"nodes": sum(hist.values()), "ops": hist}
 
 
+def _outer_inputs(graph: Any) -> set[str]:
+    """Names a subgraph reads from the scope around it (If/Loop/Scan bodies)."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(i for i in node.input if i)
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                used |= _outer_inputs(g)
+        defined.update(node.output)
+    return used - defined
+
+
+def sort_topologically(graph: Any) -> bool:
+    """Reorder `graph.node` so every node comes after the producers of its inputs (the ONNX checker
+    demands it; converters such as onnxruntime's float16 append input casts at the end). Stable: a
+    sorted graph is left as it is. Returns True when it reordered."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    needs: list[set[int]] = []
+    for n in nodes:
+        names = {i for i in n.input if i}
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                names |= _outer_inputs(g)
+        needs.append({producer[x] for x in names if x in producer})
+    if all(all(p < i for p in deps) for i, deps in enumerate(needs)):
+        return False
+    users: dict[int, list[int]] = {}
+    for i, deps in enumerate(needs):
+        for p in deps:
+            users.setdefault(p, []).append(i)
+    waiting = [len(deps - {i}) for i, deps in enumerate(needs)]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        return False  # a cycle: leave it for the checker to name
+    del graph.node[:]
+    graph.node.extend(nodes[i] for i in order)
+    return True
+
+
 def save_onnx(model: Any, path: Path) -> list[str]:
-    """Save `model` to `path` (inside a folder being written atomically); returns external data files."""
+    """Save `model` to `path` (inside a folder being written atomically), its nodes in topological
+    order; returns external data files."""
     import onnx
+
+    sort_topologically(model.graph)
 
     if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
         location = path.name + ".data"

@@ -26,7 +26,8 @@ from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.config import CompileConfig
 from optcli.environment import environment
-from optcli.errors import AccuracyError, OptcliError, StageError, UsageError
+from optcli.errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, AccuracyError, OptcliError, StageError, Terminated,
+                           UsageError)
 from optcli.latency import LatencyStats, stats_from_samples, time_calls
 from optcli.model_source import ModelSource, detect, load_torch
 from optcli.onnx_model import graph_summary, io_specs, load_onnx
@@ -85,6 +86,10 @@ class Pipeline:
             firsts = [s.shape[0] for s in inputs if s.shape]
             fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
+        if not inputs:
+            raise UsageError(f"{source.path} takes no inputs: there is nothing to feed, measure or calibrate",
+                             hint="optcli compiles models with at least one input tensor; "
+                                  "fold a constant-only graph into its consumer instead")
         inputs = self._batch_dim(inputs, fixed)
         if torch_model is not None:
             torch_model.inputs = inputs
@@ -200,24 +205,39 @@ class Pipeline:
                           sort_keys=True, default=str)
 
     def _load_cached(self, stage_dir: Path, key: str) -> dict[str, Any] | None:
+        """The stage's record when it can be reused: same key, its artifact inside the stage folder
+        (else exit 2: a record that points elsewhere was tampered with) and with the recorded sha256."""
+        from optcli.safe_paths import contained
+
         record_path = stage_dir / STAGE_RECORD
         if self.config.force or not record_path.is_file():
             return None
         try:
             record = json.loads(record_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None
-        art = stage_dir / record.get("artifact", "")
-        if record.get("key") != key or not art.exists() or sha256_file(art) != record.get("sha256"):
+        if not isinstance(record, dict) or record.get("key") != key or not _well_formed(record):
+            return None
+        art = contained(stage_dir, record.get("artifact"), record_path)
+        meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+        for extra in meta.get("external_data") or []:
+            contained(stage_dir, extra, record_path)
+        if not art.exists() or sha256_file(art) != record.get("sha256"):
             return None
         return record
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunReport:
+        from optcli.run_lock import output_lock
+
         t_start = time.perf_counter()
         source = detect(self.config.model, allow_pickle=self.config.export.allow_pickle)
         _check_out_dir(self.out)
-        remove_stale_partials(self.out)
+        with output_lock(self.out):
+            return self._run_locked(source, t_start)
+
+    def _run_locked(self, source: ModelSource, t_start: float) -> RunReport:
+        remove_stale_partials(self.out)  # only under the lock: a live run's partials are not stale
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
         ctx.facts["target_reason"] = target_reason
@@ -227,7 +247,7 @@ class Pipeline:
             model={"path": str(source.path), "spec": source.spec, "format": source.format,
                    "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs]},
             target=target, environment=environment(), config=_config_json(self.config),
-            stages=[StageReport(s.name) for s in stages])
+            stages=[StageReport(s.name) for s in stages], config_file=_config_file_json(self.config))
         report.write(self.out)
         self.emit("run_start", {"stages": [s.name for s in stages], "target": target, "out": str(self.out)})
         current: StageReport | None = None
@@ -258,11 +278,13 @@ class Pipeline:
             else:
                 report.status = "failed"
                 report.error = failed.details.get("error")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises Terminated for it)
+            why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted by the user"
             if current is not None:
-                current.status, current.reason = "interrupted", "interrupted by the user"
+                current.status, current.reason = "interrupted", why
             report.status = "interrupted"
-            report.error = {"type": "KeyboardInterrupt", "message": "interrupted", "hint": None, "exit_code": 130}
+            report.error = {"type": type(exc).__name__, "message": why, "hint": None,
+                            "exit_code": EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED}
             _mark_not_run(report, "the run was interrupted")
             report.seconds = round(time.perf_counter() - t_start, 3)
             report.write(self.out)
@@ -396,6 +418,15 @@ class Pipeline:
                 "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
 
 
+def _well_formed(record: dict[str, Any]) -> bool:
+    """A stage record has the fields a cache hit reads, with the right types (else it is rebuilt)."""
+    strings = ("artifact", "sha256", "format", "precision", "backend")
+    dicts = ("details", "graph", "latency_ms")
+    return (all(isinstance(record.get(k), str) for k in strings) and all(isinstance(record.get(k), dict) for k in dicts)
+            and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
+            and isinstance(record.get("accuracy"), (dict, type(None))))
+
+
 def _mark_not_run(report: RunReport, reason: str) -> None:
     for s in report.stages:
         if s.status == "pending":
@@ -421,6 +452,13 @@ def _traceback_text(exc: BaseException) -> str:
     """The formatted traceback (with its cause chain), capped so a report stays readable."""
     text = "".join(traceback.format_exception(exc))
     return text if len(text) <= 20000 else "...\n" + text[-20000:]
+
+
+def _config_file_json(config: CompileConfig) -> dict[str, Any] | None:
+    path = config.config_file
+    if path is None:
+        return None
+    return {"path": str(Path(path).resolve()), "sha256": sha256_file(Path(path)) if Path(path).is_file() else None}
 
 
 def _config_json(config: CompileConfig) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class RunReport:
     error: dict[str, Any] | None = None       # {type, message, hint, exit_code, stage}
     seconds: float | None = None
     schema_version: int = SCHEMA_VERSION
+    config_file: dict[str, Any] | None = None  # {path, sha256} of the optcli.toml / pyproject.toml read
 
     @property
     def exit_code(self) -> int:
@@ -60,9 +61,47 @@ class RunReport:
     def to_json(self) -> dict[str, Any]:
         d = {"schema_version": self.schema_version, "optcli_version": self.optcli_version, "model": self.model,
              "target": self.target, "environment": self.environment, "status": self.status, "error": self.error,
-             "seconds": self.seconds, "config": self.config,
+             "seconds": self.seconds, "config": self.config, "config_file": self.config_file,
              "stages": [s.to_json() for s in self.stages], "final": self.final}
         return d
+
+    @classmethod
+    def load(cls, path: Path, hint: str) -> RunReport:
+        """Read a report.json; anything that is not one (unreadable, not JSON, no stages) is a UsageError."""
+        from optcli.errors import UsageError
+
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise UsageError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}", hint=hint) from None
+        if not isinstance(data, dict) or not isinstance(data.get("stages"), list):
+            raise UsageError(f"{path} is not an optcli run report (no 'stages' list)", hint=hint)
+        stages = []
+        for s in data["stages"]:
+            if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+                raise UsageError(f"{path}: a stage record is malformed", hint=hint)
+            known = {k: v for k, v in s.items() if k in StageReport.__dataclass_fields__}
+            stages.append(StageReport(**known))
+        final = data.get("final")
+        if final is not None and not isinstance(final, dict):
+            raise UsageError(f"{path}: 'final' is not an object", hint=hint)
+        dicts = {k: data.get(k) if isinstance(data.get(k), dict) else {} for k in ("model", "environment", "config")}
+        return cls(optcli_version=str(data.get("optcli_version", "")), target=str(data.get("target", "")),
+                   stages=stages, final=final, status=str(data.get("status", "unknown")),
+                   error=data.get("error") if isinstance(data.get("error"), dict) else None,
+                   seconds=data.get("seconds"), schema_version=data.get("schema_version", SCHEMA_VERSION),
+                   config_file=data.get("config_file") if isinstance(data.get("config_file"), dict) else None,
+                   **dicts)
+
+    def final_artifact(self, report_path: Path, hint: str) -> Path:
+        """The final artifact's file, checked: inside the report's folder, with the recorded sha256."""
+        from optcli.errors import UsageError
+        from optcli.safe_paths import contained, verified
+
+        if not self.final or not self.final.get("artifact"):
+            raise UsageError(f"{report_path} has no final artifact: the run's status is {self.status!r}", hint=hint)
+        path = contained(report_path.parent, self.final["artifact"], report_path)
+        return verified(path, self.final.get("sha256"), report_path)
 
     def write(self, out_dir: Path) -> None:
         write_text_atomic(out_dir / "report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")

@@ -6,8 +6,11 @@ TensorRT optimization profiles.
 """
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -160,6 +163,25 @@ def format_shape(shape: tuple[Dim, ...] | list[Dim]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def memory_bytes() -> int:
+    """This machine's physical memory (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_fits(name: str, shape: tuple[int, ...], dtype: Any) -> None:
+    """Refuse (exit 2) an input tensor that would need more than half of this machine's memory, before
+    numpy tries and dies with MemoryError."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    limit = memory_bytes() // 2 or 1 << 40
+    if nbytes > limit:
+        raise UsageError(f"input {name!r} of shape {format_shape(shape)} ({np.dtype(dtype).name}) would need "
+                         f"{nbytes / 1e9:,.1f} GB, more than half of this machine's memory ({2 * limit / 1e9:.1f} GB)",
+                         hint="pass smaller sizes with --input NAME:SHAPE")
+
+
 def random_inputs(specs: list[TensorSpec], batch: int | None, seed: int = 0,
                   int_high: dict[str, int] | None = None, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Deterministic random inputs: floats ~N(0,1); ints in [0, high) (masks all ones)."""
@@ -168,6 +190,7 @@ def random_inputs(specs: list[TensorSpec], batch: int | None, seed: int = 0,
     for s in specs:
         shape = s.concrete(batch, dims)
         dt = DTYPES[s.dtype]
+        check_fits(s.name, shape, dt)
         if np.issubdtype(dt, np.floating):
             feeds[s.name] = rng.standard_normal(shape).astype(dt)
         elif dt == np.bool_:

@@ -44,36 +44,33 @@ class ResolvedArtifact:
 
 
 def _from_report(report_path: Path) -> ResolvedArtifact:
-    try:
-        data = json.loads(report_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read {report_path}: {exc}", hint=_HINT) from None
-    if not isinstance(data, dict) or "stages" not in data:
-        raise UsageError(f"{report_path} is not an optcli report (no 'stages')", hint=_HINT)
-    final = data.get("final")
-    if not final:
-        raise UsageError(f"{report_path} has no final artifact: the run's status is {data.get('status')!r}",
+    from optcli.report import RunReport
+
+    report = RunReport.load(report_path, _HINT)
+    if not report.final:
+        raise UsageError(f"{report_path} has no final artifact: the run's status is {report.status!r}",
                          hint="rerun `optcli compile` until it finishes, or pass a stage's artifact file")
-    path = report_path.parent / final["artifact"]
-    if not path.exists():
-        raise UsageError(f"{report_path} names {final['artifact']}, which is not there",
-                         hint="the output folder was moved or cleaned; rerun `optcli compile`")
-    resolved = _from_file(path)
-    resolved.precision = final.get("precision") or resolved.precision
+    resolved = _from_file(report.final_artifact(report_path, _HINT))
+    resolved.precision = str(report.final.get("precision") or resolved.precision)
     resolved.report = report_path
     return resolved
 
 
 def _stage_record(path: Path) -> dict[str, Any]:
-    """The stage.json beside an artifact, if that record describes this very file."""
+    """The stage.json beside an artifact, if that record describes this very file (same name and
+    sha256): its runner options then apply; a record of another file is ignored."""
+    from optcli.artifact import sha256_file
+
     record_path = path.parent / "stage.json"
     if not record_path.is_file():
         return {}
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return {}
-    return record if isinstance(record, dict) and record.get("artifact") == path.name else {}
+    if not isinstance(record, dict) or record.get("artifact") != path.name:
+        return {}
+    return record if record.get("sha256") == sha256_file(path) else {}
 
 
 def _from_file(path: Path) -> ResolvedArtifact:
@@ -90,8 +87,10 @@ def _from_file(path: Path) -> ResolvedArtifact:
     else:
         raise UsageError(f"{path}: cannot tell what runs a {suffix or 'suffix-less'} file", hint=_HINT)
     record = _stage_record(path)
-    meta = record.get("meta") or {}
-    return ResolvedArtifact(path, fmt, record.get("precision") or "fp32", dict(meta.get("runner_options") or {}))
+    meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+    options = meta.get("runner_options") if isinstance(meta.get("runner_options"), dict) else {}
+    precision = record.get("precision") if isinstance(record.get("precision"), str) else "fp32"
+    return ResolvedArtifact(path, fmt, precision, dict(options))
 
 
 def resolve_artifact(path: str | Path) -> ResolvedArtifact:

@@ -11,21 +11,32 @@ import click
 
 from optcli.cli.main import exit_with
 from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
-from optcli.config import TARGETS, CompileConfig, compile_config_from_dict, load_toml
+from optcli.config import TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml
 from optcli.errors import UsageError
 from optcli.tensor_spec import parse_input_spec
 
 
-def discover_config(explicit: Path | None) -> dict[str, Any]:
-    """--config FILE, else ./optcli.toml, else [tool.optcli] in ./pyproject.toml, else nothing."""
+def discover_config(explicit: Path | None) -> tuple[dict[str, Any], Path | None]:
+    """--config FILE, else ./optcli.toml, else [tool.optcli] in ./pyproject.toml, else nothing;
+    returns the settings and the file they came from."""
     if explicit is not None:
-        return load_toml(explicit)
+        return load_toml(explicit), explicit
     for candidate in (Path("optcli.toml"), Path("pyproject.toml")):
         if candidate.is_file():
             data = load_toml(candidate)
             if data:
-                return data
-    return {}
+                return data, candidate
+    return {}, None
+
+
+def _refuse_code_from_config(ctx: click.Context, data: dict[str, Any], path: Path | None, trust: bool) -> None:
+    """A config file may not turn on running code (plugins, pickles) unless --trust-config says so; the
+    same setting typed on the command line is the user's own choice."""
+    flags = {"calib_reader": "--calib-reader", "allow_pickle": "--allow-pickle"}
+    for field, setting in code_running_settings(data).items():
+        if not trust and not _given(ctx, field):
+            raise UsageError(f"{path} sets {setting}, which runs code; a config file cannot turn that on by itself",
+                             hint=f"pass {flags[field]} on the command line, or --trust-config if you trust {path}")
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -35,7 +46,10 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> CompileConfig:
-    config = compile_config_from_dict(model, discover_config(params["config"]))
+    data, config_path = discover_config(params["config"])
+    _refuse_code_from_config(ctx, data, config_path, params["trust_config"])
+    config = compile_config_from_dict(model, data)
+    config.config_file = config_path
     flag_map = {  # flag -> (section or None, field)
         "out": (None, "out"), "target": (None, "target"), "force": (None, "force"),
         "opset": ("export", "opset"), "static_batch": ("export", "static_batch"),
@@ -102,6 +116,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--target", type=click.Choice(TARGETS), default="auto", show_default=True,
               help="auto: TensorRT where an NVIDIA GPU and TensorRT work, else CPU.")
 @click.option("--config", type=click.Path(path_type=Path), help="TOML config [./optcli.toml or [tool.optcli]].")
+@click.option("--trust-config", is_flag=True,
+              help="Let the config file turn on running code (a --calib-reader plugin, --allow-pickle).")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "openvino"]), default="auto", show_default=True,
               help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
 @click.option("--force", is_flag=True, help="Rebuild every stage, ignoring cached results.")
@@ -154,6 +170,8 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
         from optcli.deploy import sanitize_model_name
 
         sanitize_model_name(params["triton_name"])  # a bad name fails now, not after the whole run
+    if config.config_file is not None:
+        click.echo(f"config: {config.config_file} (settings read from it; flags override)", err=True)
     if as_json:
         report = api.compile(config, check=False)
         click.echo(json.dumps(report.to_json(), indent=2, default=str))

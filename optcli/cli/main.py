@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from typing import Any
 
 import click
 
 from optcli import __version__
-from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_USAGE, OptcliError
+from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
 
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.
 COMMANDS = {
@@ -42,7 +43,8 @@ def cli(debug: bool) -> None:
     benchmark, profile, compare and deploy.
 
     Exit codes: 0 ok, 1 a stage failed, 2 bad input or usage, 3 accuracy below tolerance,
-    4 missing optional dependency, 5 benchmark regression, 130 interrupted.
+    4 missing optional dependency, 5 benchmark regression, 130 interrupted (Ctrl-C),
+    143 terminated (SIGTERM).
     """
 
 
@@ -50,6 +52,27 @@ def _print_error(message: str, hint: str | None) -> None:
     click.secho(f"error: {message}", fg="red", err=True)
     if hint:
         click.echo(f"hint: {hint}", err=True)
+
+
+def _raise_terminated(_signum: int, _frame: Any) -> None:
+    raise Terminated()
+
+
+def _on_sigterm() -> Any:
+    """SIGTERM ends a run like Ctrl-C (report marked, partial folders removed); returns the old handler."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread (e.g. main() called from a worker): leave signals alone
+        return None
+
+
+def _click_message(exc: click.ClickException) -> str:
+    return " ".join(exc.format_message().split())
+
+
+def _click_hint(exc: click.ClickException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return f"see `{ctx.command_path} --help`" if ctx is not None else "see `optcli --help`"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     before = os.environ.get("OPTCLI_DEBUG")
     if debug:  # commands that print an error recorded in a report print its traceback too
         os.environ["OPTCLI_DEBUG"] = "1"
+    previous_term = _on_sigterm()
     try:
         code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
     except OptcliError as exc:
@@ -68,14 +92,12 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _print_error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except click.ClickException as exc:
-        exc.show()
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:  # click wraps Ctrl-C in Abort
+        terminated = isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated)
+        click.echo("terminated" if terminated else "interrupted", err=True)
+        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    except click.ClickException as exc:  # click's own checks (ranges, choices, missing args): optcli's lines
+        _print_error(_click_message(exc), _click_hint(exc))
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except Exception as exc:  # a bug: keep it to one line unless --debug
         if debug:
@@ -84,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
                      "rerun with --debug for the traceback, and report it")
         sys.exit(EXIT_STAGE_FAILED)
     finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         if before is None:
             os.environ.pop("OPTCLI_DEBUG", None)
         else:

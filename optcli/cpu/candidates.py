@@ -118,6 +118,14 @@ def plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16
     return cands + [s8s8]
 
 
+# Within this share of the fastest p50, candidates are ties (run-to-run noise on a shared CPU is larger
+# than the bootstrap interval of one run: 1 in 10 compiles chose differently with intervals alone).
+TIE_BAND = 0.05
+COSINE_TIE = 1e-4
+# Fewer moving parts first: the input as it is, a plain conversion, then re-quantization.
+SIMPLICITY = {"input": 0, "convert": 1, "convert-input": 1, "nncf": 2, "nncf-transformer": 3, "requantize-s8s8": 4}
+
+
 def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
     """The fastest candidate that met the tolerance, and a sentence saying why."""
     measured = [c for c in candidates if c.passed and c.p50 is not None]
@@ -126,14 +134,16 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
         if not failed:
             return None, "no candidate could be built"
         return None, "no candidate meets the tolerance: " + "; ".join(f"{c.name}: {c.failure}" for c in failed)
-    ranked = sorted(measured, key=lambda c: c.p50)
+    ranked = sorted(measured, key=lambda c: (c.p50, c.name))
     fastest = ranked[0]
     if len(ranked) == 1:
         return fastest, f"the only candidate within tolerance ({fastest.p50:.3f} ms p50)"
     # Candidates the measurement cannot tell from the fastest (overlapping 95% intervals of the
-    # median) are ties; among ties the most accurate wins: no accuracy for an unmeasurable gain.
-    ties = [c for c in ranked if _overlaps(fastest, c)]
-    best = max(ties, key=lambda c: (_cosine(c), -c.p50))
+    # median, or within TIE_BAND of it) are ties. Among ties the more accurate wins (cosines within
+    # COSINE_TIE count as equal), then the simpler recipe, then the name: no accuracy is traded for an
+    # unmeasurable gain, and repeated compiles of one model choose the same artifact.
+    ties = [c for c in ranked if _overlaps(fastest, c) or c.p50 <= fastest.p50 * (1 + TIE_BAND)]
+    best = min(ties, key=lambda c: (-round(_cosine(c) / COSINE_TIE), SIMPLICITY.get(c.recipe, 9), c.name))
     others = [c for c in ranked if c is not best]
     runner_up = others[0]
     ratio = runner_up.p50 / best.p50 if best.p50 else float("inf")
@@ -144,8 +154,10 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
             note += f" (within noise of {', '.join(c.name for c in ties if c is not best)}, and the most accurate)"
     else:
         note = (f"{best.name} ({best.p50:.3f} ms p50) is within noise of the fastest, {fastest.name} "
-                f"({fastest.p50:.3f} ms), and more accurate "
-                f"(mean cosine {_cosine(best):.5f} vs {_cosine(fastest):.5f})")
+                f"({fastest.p50:.3f} ms), and "
+                + (f"more accurate (mean cosine {_cosine(best):.5f} vs {_cosine(fastest):.5f})"
+                   if round(_cosine(best) / COSINE_TIE) > round(_cosine(fastest) / COSINE_TIE)
+                   else "as accurate and simpler"))
     return best, note
 
 

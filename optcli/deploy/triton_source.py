@@ -100,24 +100,24 @@ def _default_name(path: Path) -> str:
 
 
 def _from_report(path: Path) -> ServedModel:
+    from optcli.report import RunReport
+
+    hint = "pass the report.json optcli compile wrote"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path} is not readable JSON: {exc}", hint="pass the report.json optcli compile wrote") \
-            from None
-    if not isinstance(data, dict) or "stages" not in data:
-        hint = ("that looks like engine metadata: pass the engine file beside it" if isinstance(data, dict)
-                and "inputs" in data else "pass the report.json optcli compile wrote")
-        raise UsageError(f"{path} is not an optcli run report", hint=hint)
-    final = data.get("final")
+        report = RunReport.load(path, hint)
+    except UsageError:
+        raw = _json_object(path)
+        if raw is not None and "inputs" in raw and "stages" not in raw:
+            raise UsageError(f"{path} is not an optcli run report",
+                             hint="that looks like engine metadata: pass the engine file beside it") from None
+        raise
+    final = report.final
     if not isinstance(final, dict) or not final.get("artifact"):
-        raise UsageError(f"{path}: the run has no final artifact (status: {data.get('status', 'unknown')})",
+        raise UsageError(f"{path}: the run has no final artifact (status: {report.status})",
                          hint="rerun optcli compile until it succeeds, or pass an artifact file directly")
-    artifact = path.parent / final["artifact"]
+    artifact = report.final_artifact(path, "rerun optcli compile, or pass the artifact file directly")
     fmt = final.get("format")
-    if not artifact.exists():
-        raise UsageError(f"{path}: its final artifact {artifact} is missing",
-                         hint="rerun optcli compile, or pass the artifact file directly")
+    data = {"model": report.model, "target": report.target}
     if fmt == "onnx":
         model = _from_onnx(artifact)
     elif fmt == "engine":
@@ -144,6 +144,14 @@ def _from_report(path: Path) -> ServedModel:
     model.facts["disabled_optimizers"] = list(settings.get("disabled_optimizers") or [])
     model.source = f"{path} (final artifact {final['artifact']}, {model.precision})"
     return model
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _external_data(model: Any, folder: Path) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from optcli.atomic_write import atomic_path, write_text_atomic
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError, UsageError
 from optcli.optional_imports import require
@@ -25,6 +26,7 @@ METHODS = ("minmax", "entropy", "percentile")
 NUM_BINS = 2048
 PERCENTILE = 99.99
 CALIB_BATCH = 16
+CACHE_SCHEMA = 1  # bump when the entry format changes: older entries are then rebuilt
 
 
 class _Reader:
@@ -43,18 +45,56 @@ def cache_key(model_sha: str, samples: SampleSet, method: str, symmetric: bool, 
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def _check_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".json") + ".check.json")
+
+
+def cached_ranges_problem(path: Path, key: str) -> str | None:
+    """Why the cache entry at `path` cannot be used (None: it can). An entry is the ranges file plus a
+    check record {schema, key, sha256 of the ranges file}; the ranges must parse and be finite."""
+    check = _check_path(path)
+    if not path.is_file():
+        return "no entry"
+    try:
+        record = json.loads(check.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return f"{check.name} is missing or unreadable"
+    if not isinstance(record, dict) or record.get("schema") != CACHE_SCHEMA or record.get("key") != key:
+        return f"{check.name} has another schema or key"
+    if record.get("sha256") != hashlib.sha256(path.read_bytes()).hexdigest():
+        return f"{path.name} does not match its recorded sha256 (edited or truncated)"
+    try:
+        ranges = range_summary(path)
+    except Exception as exc:  # noqa: BLE001 - ORT's loader raises whatever json/numpy raise on bad data
+        return f"{path.name} does not parse: {type(exc).__name__}"
+    if not ranges or not all(np.isfinite(v) for v in ranges.values()):
+        return f"{path.name} holds no or non-finite ranges"
+    return None
+
+
+def _discard(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _check_path(path).unlink(missing_ok=True)
+
+
 def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method: str, symmetric: bool,
-                   op_types: tuple[str, ...], cache_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """Return (path of a tensors-range JSON usable as quantize_static's calibration_cache_path, info)."""
+                   op_types: tuple[str, ...], cache_dir: Path, force: bool = False) -> tuple[Path, dict[str, Any]]:
+    """Return (path of a tensors-range JSON usable as quantize_static's calibration_cache_path, info).
+    A cache entry is used only when its check record matches; a bad one is reported in `info`,
+    discarded and rebuilt; `force` never reads the cache."""
     if method not in METHODS:
         raise UsageError(f"unknown calibration method {method!r}", hint=f"use one of: {', '.join(METHODS)}")
     q = require("onnxruntime.quantization", "INT8 calibration")
     calibrate = require("onnxruntime.quantization.calibrate", "INT8 calibration")
     key = cache_key(model_sha, samples, method, symmetric, op_types)
     path = cache_dir / f"ranges-{method}-{key}.json"
-    info = {"method": method, "samples": len(samples), "cache": str(path), "cache_hit": path.is_file()}
-    if path.is_file():
+    problem = "--force" if force else cached_ranges_problem(path, key)
+    info: dict[str, Any] = {"method": method, "samples": len(samples), "cache": str(path), "cache_hit": problem is None}
+    if problem is None:
         return path, info
+    if problem not in ("no entry", "--force"):
+        info["cache_rejected"] = problem
+    _discard(path)
     ort_method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                   "percentile": q.CalibrationMethod.Percentile}[method]
     extra: dict[str, Any] = {"symmetric": symmetric}
@@ -74,10 +114,10 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
         except Exception as exc:
             raise StageError(f"calibration failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                              hint="check the calibration data matches the model's inputs") from exc
-    from optcli.atomic_write import atomic_path
-
     with atomic_path(path) as tmp_path:
         calibrate.save_tensors_data(ranges, tmp_path)
+    record = {"schema": CACHE_SCHEMA, "key": key, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    write_text_atomic(_check_path(path), json.dumps(record))
     return path, info
 
 

@@ -197,6 +197,10 @@ class BuildCpuStage(Stage):
                 self._evaluate(cand, reference, names, ev, tol, threads)
             except OptcliError as exc:
                 cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
+            except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
+                # NNCF's) is this candidate's failure: the others still compete
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
         timing = self._measure(cands, ev, cfg, threads)
         chosen, why = choose(cands)
         if chosen is None:

@@ -148,7 +148,7 @@ class QuantizeInt8Stage(Stage):
         if flavour.static:
             ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                                 flavour.activation_symmetric, flavour.op_types,
-                                                self.ctx.out_dir / "calibration-cache")
+                                                self.ctx.out_dir / "calibration-cache", force=self.ctx.config.force)
         reference, _ = run_model(fp32, ev)
         tol = self.tolerance()
         out = workdir / "model.onnx"

@@ -122,9 +122,13 @@ def test_cnn_int8_qdq_u8s8_passes_gate_and_caches_ranges(models: Path, tmp_path:
     ops = [n.op_type for n in onnx.load(str(tmp_path / "o" / st.artifact)).graph.node]
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     assert st.details["calibration"]["cache_hit"] is False
-    # Same data, forced rebuild: the calibration cache is reused.
-    r2 = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, force=True, bench=False)
+    # Same calibration data, other held-out data: the stage reruns and reuses the calibration cache.
+    evald2 = _npz_dir(tmp_path, "eval2", "x", (16, 3, 16, 16), n_files=2, seed=6, labels=True)
+    r2 = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald2, bench=False)
     assert r2.stage("quantize-int8").details["calibration"]["cache_hit"] is True
+    # --force never reads the cache.
+    r2 = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, force=True, bench=False)
+    assert r2.stage("quantize-int8").details["calibration"]["cache_hit"] is False
     # Change one calibration sample: the stage and the ranges are recomputed.
     arr = np.load(calib / "part-0.npz")["x"]
     arr[0, 0, 0, 0] += 10.0
@@ -201,3 +205,44 @@ def test_fallback_that_excludes_everything_fails_the_gate(models: Path, tmp_path
                     bench=False, cosine=0.9999999)
     assert r.status == "failed" and r.exit_code == 3
     assert "no node could stay INT8" in r.error["message"], r.error
+
+
+def _damage(ranges: Path, check: Path, good: str, damage: str) -> None:
+    if damage == "truncate":
+        ranges.write_text(good[: len(good) // 2])
+    elif damage == "scale":  # valid JSON in ONNX Runtime's format, every range 100x wider
+        data = json.loads(good)
+        for entry in data["data"].values():
+            for k in ("lowest", "highest"):
+                entry[k]["data"] = [v * 100 for v in entry[k]["data"]]
+        ranges.write_text(json.dumps(data))
+    elif damage == "drop-check":
+        check.unlink()
+    else:
+        check.write_text("{not json")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "scale", "drop-check", "garbage-check"])
+def test_damaged_calibration_cache_is_reported_discarded_and_rebuilt(models: Path, tmp_path: Path,
+                                                                     damage: str) -> None:
+    """A cache entry carries a schema and the sha256 of its ranges: a truncated entry (was: exit 1
+    JSONDecodeError, with --force too) or valid JSON with scaled ranges (was: a cache hit, then exit 3)
+    is reported, thrown away and rebuilt; --force never reads it."""
+    calib = _npz_dir(tmp_path, "calib", "x", (16, 3, 16, 16))
+    model = f"{models / 'nets.py'}:cnn"
+    evald = _npz_dir(tmp_path, "eval", "x", (16, 3, 16, 16), n_files=2, seed=8)
+    first = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, bench=False)
+    ranges = Path(first.stage("quantize-int8").details["calibration"]["cache"])
+    check = ranges.with_name(ranges.name.removesuffix(".json") + ".check.json")
+    good = ranges.read_text()
+    _damage(ranges, check, good, damage)
+    other_eval = _npz_dir(tmp_path, "eval2", "x", (16, 3, 16, 16), n_files=2, seed=9)  # the stage must rerun
+    r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=other_eval, bench=False)
+    info = r.stage("quantize-int8").details["calibration"]
+    assert info["cache_hit"] is False and info["cache_rejected"], info
+    assert json.loads(ranges.read_text()) == json.loads(good)  # rebuilt to the very same ranges
+    assert r.stage("quantize-int8").accuracy["cosine_mean"] >= 0.99
+    _damage(ranges, check, good, damage)
+    r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=evald, bench=False, force=True)
+    assert r.status == "ok" and r.stage("quantize-int8").details["calibration"]["cache_hit"] is False
+    assert r.stage("quantize-int8").accuracy == first.stage("quantize-int8").accuracy

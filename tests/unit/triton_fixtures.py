@@ -108,6 +108,11 @@ def write_report(run_dir: Path, artifact_rel: str, fmt: str = "onnx", target: st
               "environment": {}, "config": {"out": str(run_dir)}, "stages": [], "error": None, "seconds": 1.0,
               "final": None if status != "ok" else {"artifact": artifact_rel, "format": fmt, "precision": precision,
                                                      "backend": "onnxruntime" if fmt == "onnx" else "tensorrt"}}
+    artifact = run_dir / artifact_rel
+    if report["final"] and artifact.exists():  # optcli records the artifact's sha256; readers check it
+        from optcli.artifact import sha256_file
+
+        report["final"]["sha256"] = sha256_file(artifact)
     path = run_dir / "report.json"
     path.write_text(json.dumps(report), encoding="utf-8")
     return path
