@@ -127,21 +127,28 @@ def _from_report(path: Path) -> ServedModel:
     else:
         raise UsageError(f"{path}: the final artifact is {fmt!r}; Triton export takes onnx, openvino or engine "
                          "artifacts", hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
-    model.precision = final.get("precision") or model.precision
-    model_info = data.get("model") or {}
-    if model_info.get("path"):
-        model.default_name = Path(str(model_info["path"])).stem
+    # Everything below is data from a file: only values of the expected types are used.
+    model.precision = final["precision"] if final.get("precision") in ("fp32", "fp16", "bf16", "int8") \
+        else model.precision
+    model_info = data.get("model") if isinstance(data.get("model"), dict) else {}
+    if isinstance(model_info.get("path"), str) and model_info["path"]:
+        model.default_name = Path(model_info["path"]).stem
     if model.format == "onnx":
         on_gpu = data.get("target") == "tensorrt" or final.get("backend") in ("tensorrt", "cuda")
         model.default_kind = "gpu" if on_gpu else "cpu"
     # The run's own input shapes: concrete ones (user pins) size the warm-up and perf_analyzer shapes.
-    for spec in model_info.get("inputs") or []:
+    inputs = model_info.get("inputs") if isinstance(model_info.get("inputs"), list) else []
+    known = {s.name for s in model.inputs}
+    for spec in inputs:
         shape = spec.get("shape") if isinstance(spec, dict) else None
-        if isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape):
+        if isinstance(shape, list) and shape and all(type(d) is int and d > 0 for d in shape) \
+                and spec.get("name") in known:
             model.shape_hints.setdefault(spec["name"], tuple(shape))
     # Optimizers the run had to switch off to load the artifact (e.g. NCHWc for an fp16 graph).
-    settings = ((final.get("latency_ms") or {}).get("settings") or {})
-    model.facts["disabled_optimizers"] = list(settings.get("disabled_optimizers") or [])
+    latency = final.get("latency_ms") if isinstance(final.get("latency_ms"), dict) else {}
+    settings = latency.get("settings") if isinstance(latency.get("settings"), dict) else {}
+    disabled = settings.get("disabled_optimizers")
+    model.facts["disabled_optimizers"] = [str(o) for o in disabled] if isinstance(disabled, list) else []
     model.source = f"{path} (final artifact {final['artifact']}, {model.precision})"
     return model
 

@@ -372,3 +372,27 @@ def test_candidate_that_openvino_cannot_convert_does_not_fail_the_stage(tmp_path
     failed = {c["name"]: c.get("reason") for c in build["details"]["candidates"] if c["status"] == "failed"}
     assert "OpConversionFailure" in (failed.get("openvino-int8-nncf") or ""), build["details"]["candidates"]
     assert build["details"]["chosen"].startswith("onnxruntime")
+
+
+# -- 11. every ONNX artifact optcli writes passes the ONNX checker -----------------------------------
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_every_onnx_artifact_passes_the_checker(cnn_pt2: Path, tmp_path: Path, precision: str) -> None:
+    import onnx
+
+    args = ["compile", str(cnn_pt2), "--out", str(tmp_path / "o"), "--no-bench", "--target", "cpu"]
+    if precision == "fp16":
+        args += ["--fp16", "--backend", "onnxruntime"]
+    if precision == "int8":
+        calib = tmp_path / "calib"
+        calib.mkdir()
+        rng = np.random.default_rng(0)
+        for i in range(4):
+            np.savez(calib / f"{i}.npz", x=rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
+        args += ["--int8", "--calib", str(calib)]
+    code, _, err = run_main(*args)
+    assert code == 0, err
+    written = sorted((tmp_path / "o").rglob("*.onnx"))
+    assert len(written) >= 3, written
+    for path in written:
+        onnx.checker.check_model(str(path), full_check=True)  # was: fp16 "not topologically sorted"
