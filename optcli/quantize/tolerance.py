@@ -13,18 +13,18 @@ KEYS = {"cosine": "cosine", "max-abs": "max_abs", "max_abs": "max_abs", "top1": 
 
 _HINTS = {"cosine": "cosine is a mean cosine similarity between 0 and 1, e.g. cosine=0.99",
           "top1": "top1 is a fraction of samples between 0 and 1, e.g. top1=0.98",
-          "max_abs": "max-abs is a positive absolute error, e.g. max-abs=0.05"}
+          "max_abs": "max-abs is an absolute error, 0 (exact) or more, e.g. max-abs=0.05"}
 
 
 def check_bounds(key: str, value: float, where: str) -> float:
-    """A tolerance value that can be met and can fail: finite; cosine and top1 in [0, 1]; max-abs > 0.
+    """A tolerance value that can be met and can fail: finite; cosine and top1 in [0, 1]; max-abs >= 0.
     Checked before anything runs, so a bad bound never costs a whole fallback search."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise UsageError(f"{where}: {key.replace('_', '-')} must be a finite number", hint=_HINTS[key])
     if key in ("cosine", "top1") and not 0.0 <= value <= 1.0:
         raise UsageError(f"{where}: {key} must be between 0 and 1", hint=_HINTS[key])
-    if key == "max_abs" and value <= 0.0:
-        raise UsageError(f"{where}: max-abs must be above 0", hint=_HINTS[key])
+    if key == "max_abs" and value < 0.0:  # 0 is allowed: bit-exact
+        raise UsageError(f"{where}: max-abs must be 0 (exact) or more", hint=_HINTS[key])
     return float(value)
 
 
