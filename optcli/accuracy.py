@@ -5,6 +5,12 @@ from typing import Any
 
 import numpy as np
 
+# An output whose largest magnitude is below this is numerically zero for float32 (its values live in
+# or near the subnormal range, where few mantissa bits are left): cosine there is rounding noise (a
+# transformers MobileViT export was rejected at cosine 0.996 with a max abs error of 3e-42). Such an
+# output is judged by its absolute error alone, and its cosine does not count.
+NUMERIC_ZERO = 1e-30
+
 
 def _cosines(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     """Cosine similarity per sample (rows of dim 0); a scalar output counts as one sample."""
@@ -38,7 +44,10 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
         finite = bool(np.isfinite(got64).all())
         err = np.abs(ref64 - got64)
         cos = _cosines(ref64, got64)
+        scale = float(np.abs(ref64).max()) if ref64.size else 0.0
         entry: dict[str, Any] = {
+            "scale": scale,
+            "negligible": scale < NUMERIC_ZERO,
             "max_abs_err": float(err.max()) if err.size else 0.0,
             "mean_abs_err": float(err.mean()) if err.size else 0.0,
             "cosine_min": float(cos.min()) if finite else 0.0,
@@ -51,10 +60,11 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
                 entry["top1_accuracy"] = float((got64.argmax(1) == labels).mean())
                 entry["top1_accuracy_reference"] = float((ref64.argmax(1) == labels).mean())
         per_output[name] = entry
+    judged = [e for e in per_output.values() if not e["negligible"] or e["max_abs_err"] >= NUMERIC_ZERO]
     summary: dict[str, Any] = {
         "max_abs_err": max((e["max_abs_err"] for e in per_output.values()), default=0.0),
-        "cosine_min": min((e["cosine_min"] for e in per_output.values()), default=1.0),
-        "cosine_mean": min((e["cosine_mean"] for e in per_output.values()), default=1.0),
+        "cosine_min": min((e["cosine_min"] for e in judged), default=1.0),
+        "cosine_mean": min((e["cosine_mean"] for e in judged), default=1.0),
         "outputs": per_output,
     }
     tops = [e["top1_agreement"] for e in per_output.values() if "top1_agreement" in e]
@@ -74,7 +84,8 @@ def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: floa
     for name, e in summary.get("outputs", {}).items():
         if not e.get("finite", True):
             return f"output {name!r} has NaN or Inf values"
-        if cosine is not None and e["cosine_mean"] < cosine:
+        exact_zero = e.get("negligible") and e["max_abs_err"] < NUMERIC_ZERO  # cosine is noise there
+        if cosine is not None and e["cosine_mean"] < cosine and not exact_zero:
             return f"output {name!r}: mean cosine {e['cosine_mean']:.4f} < tolerance {cosine}"
         if max_abs is not None and e["max_abs_err"] > max_abs:
             return f"output {name!r}: max abs error {e['max_abs_err']:.4g} > tolerance {max_abs}"

@@ -50,6 +50,7 @@ class TorchModel:
     exported_program: Any = None         # for .pt2
     int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
     fixed_batch: int | None = None       # a batch size the model itself fixes (.pt2 exported static)
+    keyword_module: Any = None           # the user's module when its inputs go by keyword (`module` wraps it)
 
 
 def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
@@ -216,16 +217,26 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
                       fixed_batch=fixed_batch)
 
 
-def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str]) -> Any:
-    """Wrap `module` so module(*inputs) calls it with the last inputs as keywords."""
+def _no_cache(module: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """`use_cache=False` for a model that takes it (decoder LMs) and was not given it: optcli compiles
+    the forward pass without a KV cache (docs/cli.md says what that means for generation)."""
+    params = inspect.signature(module.forward).parameters
+    return {"use_cache": False} if "use_cache" in params and "use_cache" not in given else {}
+
+
+def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str],
+                     constants: dict[str, Any] | None = None) -> Any:
+    """Wrap `module` so module(*inputs) calls it with the last inputs as keywords (plus `constants`)."""
+    fixed = dict(constants or {})
 
     class KeywordAdapter(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.inner = module
+            self.constants = fixed  # export passes them too, when it traces `inner` itself
 
         def forward(self, *inputs: Any) -> Any:
-            return self.inner(*inputs[:positional], **dict(zip(keywords, inputs[positional:])))
+            return self.inner(*inputs[:positional], **dict(zip(keywords, inputs[positional:])), **fixed)
 
     return KeywordAdapter()  # no .eval(): an exported module refuses train()/eval() calls
 
@@ -271,11 +282,25 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
                 raise UsageError(f"--input {p.name}: forward() has no parameter of that name",
                                  hint=f"forward takes: {', '.join(names)}")
         return _from_pins(result, pinned)
+    keyword_module = None
     if isinstance(example_inputs, dict):
+        # A dict is passed by keyword, as the model's own callers do: GPT-2's second parameter is
+        # past_key_values, not attention_mask. Everything in optcli calls models positionally in input
+        # order, so the module is wrapped; export traces the original with keyword inputs.
         items = list(example_inputs.items())
+        unknown = [n for n, _ in items if n not in inspect.signature(result.forward).parameters
+                   and not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(result.forward).parameters.values())]
+        if unknown:
+            raise UsageError(f"{source.spec}: example input {unknown[0]!r} is not a parameter of forward()",
+                             hint=f"forward takes: {', '.join(p.name for p in params)}")
+        keyword_module = result
+        result = _keyword_adapter(torch, result, 0, [n for n, _ in items], _no_cache(result, dict(items)))
     else:
         values = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
         items = [(params[i].name if i < len(params) else f"input_{i}", v) for i, v in enumerate(values)]
+        if _no_cache(result, dict(items)):
+            keyword_module = result  # export traces it by keyword, with use_cache=False
+            result = _keyword_adapter(torch, result, len(items), [], _no_cache(result, dict(items)))
     specs, example, int_high = [], {}, {}
     for name, value in items:
         shape = ("batch",) + tuple(int(d) for d in value.shape[1:])
@@ -284,4 +309,4 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
         if not value.dtype.is_floating_point and value.numel():
             int_high[name] = int(value.max()) + 1
     specs = merge_pinned(specs, pinned) if pinned else specs
-    return TorchModel(result, specs, example=example, int_high=int_high)
+    return TorchModel(result, specs, example=example, int_high=int_high, keyword_module=keyword_module)

@@ -171,9 +171,17 @@ class ExportStage(Stage):
             # batch >= 2: a batch of 1 gets specialised; a static batch exports at its own size.
             args = self._example_args(torch, batch=None if cfg.static_batch else 2)
             dyn = None if cfg.static_batch else {s.name: {0: torch.export.Dim.DYNAMIC} for s in self.ctx.inputs}
-            prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
-                                     dynamic_shapes=dyn, input_names=[s.name for s in self.ctx.inputs],
-                                     external_data=False)
+            names = [s.name for s in self.ctx.inputs]
+            if tm.keyword_module is not None:  # inputs by keyword: trace the user's module itself
+                constants = getattr(tm.module, "constants", {})
+                kwargs = {**dict(zip(names, args)), **constants}
+                dyn = None if dyn is None else {**dyn, **{k: None for k in constants}}
+                prog = torch.onnx.export(tm.keyword_module, (), kwargs=kwargs, dynamo=True,
+                                         opset_version=cfg.opset, dynamic_shapes=dyn, input_names=names,
+                                         external_data=False)
+            else:
+                prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
+                                         dynamic_shapes=dyn, input_names=names, external_data=False)
         return prog.model_proto
 
     def _export_torchscript(self, torch: Any) -> Any:

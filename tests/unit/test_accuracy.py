@@ -89,3 +89,25 @@ def test_mismatches_raise() -> None:
         compare_outputs([np.ones(2)], [], [])
     with pytest.raises(ValueError, match="shape"):
         compare_outputs([np.ones((2, 3))], [np.ones((3, 2))], ["y"])
+
+
+def test_cosine_of_a_numerically_zero_output_does_not_count() -> None:
+    """A transformers MobileViT export was rejected at cosine 0.996 with a max abs error of 3e-42: an
+    output at subnormal scale, where rounding noise is all there is. Such an output is judged by its
+    absolute error; an output that should be zero but is not still fails."""
+    import numpy as np
+
+    from optcli.accuracy import check_tolerance, compare_outputs
+
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((4, 10)).astype(np.float32)
+    tiny = (rng.random((4, 10)) * 1e-41).astype(np.float32)          # subnormal float32 values
+    noisy = (tiny * (1 + 0.3 * rng.standard_normal((4, 10)))).astype(np.float32)
+    summary = compare_outputs([big, tiny], [big, noisy], ["logits", "tiny"])
+    assert summary["outputs"]["tiny"]["negligible"] and summary["outputs"]["tiny"]["cosine_min"] < 0.999
+    assert summary["cosine_min"] > 0.999999
+    assert check_tolerance(summary, 0.9999, None, None) is None
+    wrong = compare_outputs([big, tiny], [big, np.ones_like(tiny)], ["logits", "tiny"])
+    assert wrong["cosine_min"] < 0.9 and "tiny" in check_tolerance(wrong, 0.99, None, None)
+    small_but_normal = compare_outputs([big * 1e-20], [-big * 1e-20], ["y"])  # float32 keeps full precision
+    assert check_tolerance(small_but_normal, 0.99, None, None) is not None
