@@ -112,6 +112,24 @@ class CompileConfig:
             return Path(self.out)
         return Path("optcli-out") / model_stem(self.model)
 
+    def to_json(self) -> dict[str, Any]:
+        """The effective configuration as JSON (report.json `config`): enough to reproduce the run."""
+        import json
+
+        d = dataclasses.asdict(self)
+        d["inputs"] = [s.to_json() for s in self.inputs]
+        d["out"] = str(self.out_dir())
+        return json.loads(json.dumps(d, default=str))
+
+    def config_file_record(self) -> dict[str, Any] | None:
+        """{path, sha256} of the config file the settings came from (report.json `config_file`)."""
+        if self.config_file is None:
+            return None
+        from optcli.artifact import sha256_file
+
+        path = Path(self.config_file)
+        return {"path": str(path.resolve()), "sha256": sha256_file(path) if path.is_file() else None}
+
     def validate(self) -> None:
         if self.target not in TARGETS:
             raise UsageError(f"unknown target {self.target!r}", hint=f"use one of: {', '.join(TARGETS)}")

@@ -5,6 +5,9 @@ and shows a traceback only with --debug.
 """
 from __future__ import annotations
 
+import traceback
+from typing import Any
+
 # Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
 EXIT_STAGE_FAILED = 1
@@ -71,3 +74,36 @@ class MissingDependencyError(OptcliError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised by the CLI's handler so a terminated run ends like Ctrl-C: the report says
     `interrupted`, no half-written folder stays behind, and the exit code is 143."""
+
+
+def model_error_line(exc: BaseException) -> str:
+    """The line of a model's (or library's) exception that says what went wrong (TorchScript puts it last)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+    line = lines[-1] if lines[0].startswith("The following operation failed in the TorchScript") else lines[0]
+    return line.removeprefix("RuntimeError: ")[:300]
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The formatted traceback (with its cause chain), capped so a report stays readable."""
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= 20000 else "...\n" + text[-20000:]
+
+
+def error_record(exc: BaseException, stage: str | None) -> dict[str, Any]:
+    """How report.json records an error: {type, message, hint, exit_code, stage[, traceback]}. An error
+    that is not optcli's own is a bug: exit 1, its traceback kept for --debug."""
+    if isinstance(exc, Terminated):
+        return {"type": "Terminated", "message": "terminated (SIGTERM)", "hint": None, "exit_code": EXIT_TERMINATED,
+                "stage": stage}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"type": "KeyboardInterrupt", "message": "interrupted by the user", "hint": None,
+                "exit_code": EXIT_INTERRUPTED, "stage": stage}
+    if isinstance(exc, OptcliError):
+        out = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
+               "stage": stage}
+        if exc.__cause__ is not None:  # a library's failure behind the one-line message: --debug prints it
+            out["traceback"] = traceback_text(exc)
+        return out
+    return {"type": type(exc).__name__, "message": f"internal error: {type(exc).__name__}: {model_error_line(exc)}",
+            "hint": "rerun with --debug", "exit_code": EXIT_STAGE_FAILED, "stage": stage,
+            "traceback": traceback_text(exc)}

@@ -55,6 +55,12 @@ class RunReport:
             return int(self.error.get("exit_code", 1))
         return 130 if self.status == "interrupted" else 1
 
+    def mark_not_run(self, reason: str) -> None:
+        """Stages still pending when the run ended did not run; say why."""
+        for s in self.stages:
+            if s.status == "pending":
+                s.status, s.reason = "not-run", reason
+
     def stage(self, name: str) -> StageReport | None:
         return next((s for s in self.stages if s.name == name), None)
 

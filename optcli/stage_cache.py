@@ -1,0 +1,71 @@
+"""The stage cache: each stage folder holds a record (stage.json) of the artifact it made, the key it was
+made under, and the measurements around it. A later run reuses the stage (`cached`) when the key is
+the same, the record is well formed, its artifact lies inside the stage folder and still has the
+recorded sha256. A record that points outside its folder was tampered with: exit 2 naming it.
+
+The key (Olive's idea of caching by pass, config and input): the stage's name, the optcli version,
+the input artifact's sha256, the stage's config fingerprint and the target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from optcli import __version__
+from optcli.artifact import Artifact, sha256_file
+from optcli.atomic_write import write_text_atomic
+from optcli.safe_paths import contained
+
+STAGE_RECORD = "stage.json"
+_STRINGS = ("artifact", "sha256", "format", "precision", "backend")
+_DICTS = ("details", "graph", "latency_ms")
+
+
+def cache_key(stage: Any, artifact: Artifact) -> str:
+    blob = json.dumps({"stage": stage.name, "optcli": __version__, "input": artifact.sha256,
+                       "config": stage.fingerprint(), "target": stage.ctx.target}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def well_formed(record: dict[str, Any]) -> bool:
+    """The fields a cache hit reads, with the right types (else the stage is rebuilt)."""
+    return (all(isinstance(record.get(k), str) for k in _STRINGS) and all(isinstance(record.get(k), dict) for k in _DICTS)
+            and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
+            and isinstance(record.get("accuracy"), (dict, type(None))))
+
+
+def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
+    """The stage's record when it can be reused, else None; a record naming a file outside the stage
+    folder raises UsageError (exit 2)."""
+    record_path = stage_dir / STAGE_RECORD
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(record, dict) or record.get("key") != key or not well_formed(record):
+        return None
+    art = contained(stage_dir, record["artifact"], record_path)
+    for extra in record.get("meta", {}).get("external_data") or []:
+        contained(stage_dir, extra, record_path)
+    if not art.exists() or sha256_file(art) != record["sha256"]:
+        return None
+    return record
+
+
+def cached_artifact(stage_dir: Path, record: dict[str, Any], stage: str, parent: str) -> Artifact:
+    return Artifact(stage_dir / record["artifact"], record["format"], precision=record["precision"], stage=stage,
+                    parent=parent, backend=record["backend"], meta=record.get("meta", {}), _sha256=record["sha256"])
+
+
+def write_record(folder: Path, key: str, bench_key: str, relative: Path, artifact: Artifact,
+                 stage_report: Any) -> None:
+    """stage.json for `artifact` (at `relative` inside the stage folder) and the stage's report."""
+    record = {"key": key, "bench_key": bench_key, "artifact": str(relative), "sha256": artifact.sha256,
+              "format": artifact.format, "precision": artifact.precision, "backend": artifact.backend,
+              "meta": artifact.meta, "seconds": stage_report.seconds, "details": stage_report.details,
+              "graph": stage_report.graph, "latency_ms": stage_report.latency_ms, "accuracy": stage_report.accuracy}
+    write_text_atomic(folder / STAGE_RECORD, json.dumps(record, indent=2, default=str))

@@ -1,0 +1,153 @@
+"""The measurements around stages: the FP32 reference, latency before and after each stage with the
+matching runner (memoized per artifact sha256 and setting), accuracy against the reference, and the
+final artifact as deployed. The pipeline calls these; stages never measure themselves."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from optcli.accuracy import compare_outputs
+from optcli.artifact import Artifact
+from optcli.config import CompileConfig
+from optcli.errors import OptcliError, StageError, UsageError, model_error_line
+from optcli.latency import LatencyStats, stats_from_samples, time_calls
+from optcli.onnx_model import graph_summary
+from optcli.report import StageReport
+from optcli.stages import Stage, StageContext
+from optcli.tensor_spec import format_shape, random_inputs
+
+
+class Measurements:
+    """One run's measurements; latency is memoized so an artifact is timed once per setting."""
+
+    def __init__(self, config: CompileConfig) -> None:
+        self.config = config
+        self._latency: dict[tuple[str, str], LatencyStats] = {}
+
+    def bench_key(self) -> str:
+        """What a cached stage's measurements depend on: reused only when this is unchanged."""
+        return json.dumps({"bench": self.config.bench.__dict__, "accuracy_batch": self.config.accuracy.batch},
+                          sort_keys=True, default=str)
+
+    # -- runners -----------------------------------------------------------------------------
+    def source_runner(self, ctx: StageContext) -> Any:
+        if ctx.torch_model is not None:
+            from optcli.runtime.torch_runner import TorchRunner
+
+            return TorchRunner(ctx.torch_model.module, ctx.inputs, threads=self.config.bench.threads)
+        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(ctx.source.path, optimization="all", threads=self.config.bench.threads)
+
+    def artifact_runner(self, artifact: Artifact, optimization: str) -> Any:
+        from optcli.runtime import open_runner
+
+        options: dict[str, Any] = {"threads": self.config.bench.threads}
+        if artifact.format == "onnx":
+            options["optimization"] = optimization
+        options.update(artifact.meta.get("runner_options", {}))  # e.g. an OpenVINO IR's precision
+        return open_runner(artifact.path, artifact.format, **options)
+
+    # -- the reference and accuracy ----------------------------------------------------------
+    def reference(self, ctx: StageContext) -> dict[str, Any]:
+        """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""
+        feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=ctx.int_high)
+        runner = self.source_runner(ctx)
+        try:
+            outs = runner.run_normalized(runner.normalize(feeds))
+        except OptcliError:
+            raise
+        except Exception as exc:  # the model refuses inputs built from --input: bad input, not a bug
+            given = ", ".join(f"{n}:{format_shape(v.shape)}:{v.dtype}" for n, v in feeds.items())
+            raise UsageError(f"the model fails on inputs {given}: {model_error_line(exc)}",
+                             hint="check the --input names, shapes and dtypes, e.g. --input input_ids:1x128:int64"
+                             ) from exc
+        finally:
+            runner.close()
+        kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
+        return {"feeds": feeds, "outputs": outs, "kind": kind}
+
+    def accuracy(self, artifact: Artifact, reference: dict[str, Any]) -> dict[str, Any]:
+        runner = self.artifact_runner(artifact, "all")
+        try:
+            outs = runner.run_normalized(runner.normalize(reference["feeds"]))
+            names = [o.name for o in runner.outputs]
+        finally:
+            runner.close()
+        summary = compare_outputs(reference["outputs"], outs, names)
+        summary["reference"] = reference["kind"]
+        summary["batch"] = self.config.accuracy.batch
+        return summary
+
+    # -- latency -----------------------------------------------------------------------------
+    @staticmethod
+    def _is_torch_source(ctx: StageContext, artifact: Artifact) -> bool:
+        return artifact.stage is None and ctx.torch_model is not None
+
+    def _key(self, ctx: StageContext, artifact: Artifact, optimization: str) -> tuple[str, str]:
+        if self._is_torch_source(ctx, artifact):
+            return (str(artifact.path), "eager")  # PyTorch has no optimization levels
+        return (artifact.sha256, optimization)
+
+    def latency(self, ctx: StageContext, artifact: Artifact, optimization: str = "disabled") -> LatencyStats | None:
+        """Latency of one artifact at the bench batch; None with --no-bench."""
+        bench = self.config.bench
+        if not bench.enabled:
+            return None
+        key = self._key(ctx, artifact, optimization)
+        if key in self._latency:
+            return self._latency[key]
+        runner = self.source_runner(ctx) if self._is_torch_source(ctx, artifact) else \
+            self.artifact_runner(artifact, optimization)
+        try:
+            feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
+            samples = time_calls(lambda: runner.run_normalized(feeds), warmup_runs=bench.warmup_runs,
+                                 warmup_seconds=bench.warmup_seconds, runs=bench.runs,
+                                 min_seconds=bench.min_seconds, max_seconds=bench.max_seconds)
+            stats = stats_from_samples(samples, bench.batch, runner.backend, getattr(runner, "settings", {}))
+        finally:
+            runner.close()
+        self._latency[key] = stats
+        return stats
+
+    def remember(self, ctx: StageContext, artifact: Artifact, latency: dict[str, Any] | None) -> None:
+        """Reuse a cached stage's measurements for the same artifact later in this run."""
+        if latency:
+            setting = latency.get("settings", {}).get("graph_optimization", "disabled")
+            self._latency[self._key(ctx, artifact, setting)] = LatencyStats.from_json(latency)
+
+    # -- around a stage, and at the end ------------------------------------------------------
+    def around_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact, after: Artifact,
+                     reference: dict[str, Any], accuracy: dict[str, Any] | None = None) -> None:
+        """Graph statistics, latency before/after and accuracy into the stage's report."""
+        if before.format == "onnx":
+            g = graph_summary(before.path)
+            record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
+        if after.format == "onnx":
+            g = graph_summary(after.path)
+            record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
+        try:
+            lat_before = self.latency(ctx, before, stage.measure_optimization)
+            lat_after = self.latency(ctx, after, stage.measure_optimization)
+            record.accuracy = accuracy if accuracy is not None else self.accuracy(after, reference)
+        except OptcliError as exc:
+            raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
+        record.latency_ms = {"before": lat_before.to_json() if lat_before else None,
+                             "after": lat_after.to_json() if lat_after else None}
+
+    def final(self, ctx: StageContext, artifact: Artifact) -> dict[str, Any]:
+        """The artifact to ship, measured as it would be deployed (optimizations on), beside the baseline
+        to beat: PyTorch eager, or the user's ONNX with onnxruntime's own optimizations."""
+        deployed = self.latency(ctx, artifact, optimization="all")
+        reference_latency = self.latency(ctx, Artifact(ctx.source.path, ctx.source.format), "all")
+        rel = artifact.path
+        try:
+            rel = artifact.path.resolve().relative_to(ctx.out_dir.resolve())
+        except ValueError:
+            pass
+        return {"artifact": str(rel), "format": artifact.format, "precision": artifact.precision,
+                "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
+                "flavour": artifact.meta.get("flavour"),
+                "runner_options": artifact.meta.get("runner_options", {}),
+                "latency_ms": deployed.to_json() if deployed else None,
+                "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
