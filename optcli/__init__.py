@@ -2,7 +2,7 @@
 
     import optcli
     report = optcli.compile("model.pt2")            # what `optcli compile` does
-    m = optcli.load(report.final_artifact_path)      # or any .onnx/.engine/.pt2 path, or report.json
+    m = optcli.load("optcli-out/model")              # the run folder, its report.json, or any .onnx/.engine/.pt2
     out = m.predict({"x": array})
 
 Importing optcli imports nothing heavy: torch and onnxruntime load when first used.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from optcli.version import __version__
 
 _API = ("compile", "load", "bench", "profile", "compare", "export_triton")
 

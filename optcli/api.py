@@ -65,7 +65,7 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
 
 
 def _error_from_report(err: dict[str, Any]) -> OptcliError:
-    from optcli import errors
+    import optcli.errors as errors
 
     cls = getattr(errors, err.get("type", ""), None)
     if not (isinstance(cls, type) and issubclass(cls, OptcliError)) or cls is errors.MissingDependencyError:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optcli import __version__
+from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import atomic_dir, remove_stale_partials
 from optcli.config import CompileConfig

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optcli import __version__
+from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import write_text_atomic
 from optcli.safe_paths import contained

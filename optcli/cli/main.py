@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from optcli import __version__
+from optcli.version import __version__
 from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
 
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.

@@ -174,8 +174,8 @@ def variant_config(model: str, variant: Variant, out: Path, base: dict[str, Any]
 def build_variant(config: CompileConfig, variant: Variant, seed_from: Path | None,
                   on_event: Any = None) -> VariantBuild:
     """Compile one variant through the pipeline; failures are recorded, not raised."""
-    from optcli import api
     from optcli.errors import OptcliError
+    from optcli.pipeline import Pipeline  # the pipeline itself, not the API (no api <-> comparison cycle)
 
     out = config.out_dir()
     if seed_from is not None and not config.force:
@@ -183,7 +183,7 @@ def build_variant(config: CompileConfig, variant: Variant, seed_from: Path | Non
     t0 = time.perf_counter()
     build = VariantBuild(variant, out)
     try:
-        build.report = api.compile(config, check=False, on_event=on_event)
+        build.report = Pipeline(config, on_event=on_event).run()
         if build.report.status != "ok":
             build.error = build.report.error or {"message": f"the build ended {build.report.status}"}
     except OptcliError as exc:

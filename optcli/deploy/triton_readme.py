@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optcli import __version__
+from optcli.version import __version__
 
 if TYPE_CHECKING:
     from optcli.deploy.triton_config import ResolvedConfig, TritonOptions

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli import __version__
+from optcli.version import __version__
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.deploy.pbtxt import render
 from optcli.deploy.triton_config import ResolvedConfig, TritonOptions, build_config

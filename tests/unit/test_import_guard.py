@@ -130,3 +130,39 @@ print(",".join(s.name for s in all_stages()))
     assert proc.returncode == 0, proc.stderr
     names = proc.stdout.strip().split(",")
     assert names.index("build-cpu") < names.index("build-tensorrt"), names
+
+
+def test_no_import_cycles_in_the_package() -> None:
+    """No module of optcli imports (at module level or inside a function) one that imports it back."""
+    import ast
+    from pathlib import Path
+
+    import optcli
+
+    root = Path(optcli.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for f in root.rglob("*.py"):
+        name = ".".join(f.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("optcli"):
+                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("optcli")}
+        graph[name] = deps
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            if m == goal:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+        return False
+
+    cycles = sorted((a, b) for a in graph for b in graph[a] if reaches(b, a))
+    assert not cycles, f"import cycles through: {cycles[:5]}"
+
