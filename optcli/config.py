@@ -29,6 +29,7 @@ class ExportConfig:
     static_batch: bool = False
     allow_pickle: bool = False
     exporter: str = "auto"            # auto | dynamo | torchscript
+    task: str = "auto"                # a Hugging Face folder's task: auto (from its architectures) | fill-mask | ...
 
 
 @dataclass
@@ -138,6 +139,10 @@ class CompileConfig:
         if self.fuse.level not in ("basic", "extended"):
             raise UsageError(f"unknown fuse level {self.fuse.level!r}",
                              hint="use basic or extended (the all level writes CPU-specific layouts)")
+        from optcli.hf_folder import TASKS
+
+        if self.export.task != "auto" and self.export.task not in TASKS:
+            raise UsageError(f"unknown task {self.export.task!r}", hint=f"use auto or one of: {', '.join(TASKS)}")
         if self.export.exporter not in ("auto", "dynamo", "torchscript"):
             raise UsageError(f"unknown exporter {self.export.exporter!r}", hint="use auto, dynamo or torchscript")
         if self.quantize.precision not in PRECISIONS:

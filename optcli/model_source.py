@@ -5,6 +5,7 @@
 | `.pt2`                | pt2          | torch.export.load (no source needed)          |
 | `.pt/.pth/.ts/.jit`   | torchscript  | torch.jit.load (no source needed)             |
 | `file.py:factory`     | python       | imports the file, calls factory()             |
+| a folder with config.json | hf-folder | transformers, safetensors weights only (optcli/hf_folder.py) |
 | pickled module        | pickle       | torch.load(weights_only=False), only with --allow-pickle |
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ class TorchModel:
     int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
     fixed_batch: int | None = None       # a batch size the model itself fixes (.pt2 exported static)
     keyword_module: Any = None           # the user's module when its inputs go by keyword (`module` wraps it)
+    loaded_as: dict[str, Any] = field(default_factory=dict)  # what optcli chose (Hugging Face folders)
 
 
 def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
@@ -64,6 +66,10 @@ def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
     path = Path(path_text)
     if not path.exists():
         raise UsageError(f"model not found: {path}", hint="check the path; optcli takes .onnx, .pt2, TorchScript or file.py:factory")
+    from optcli.hf_folder import is_model_folder
+
+    if factory is None and is_model_folder(path):
+        return ModelSource(spec, path, "hf-folder")
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not a model file",
                          hint="pass the model file itself (.onnx, .pt2, TorchScript .pt) or file.py:factory")
@@ -130,7 +136,7 @@ def _classify_pickle(path: Path, allow_pickle: bool) -> str:
     return "pickle"
 
 
-def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
+def load_torch(source: ModelSource, pinned: list[TensorSpec], task: str = "auto") -> TorchModel:
     """Load a PyTorch model and work out its input specs (dim 0 is the batch)."""
     torch = require("torch", "loading PyTorch models")
     if source.format == "pt2":
@@ -160,6 +166,15 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
         return _from_pins(module.eval(), pinned)
     if source.format == "python":
         return _load_python(torch, source, pinned)
+    if source.format == "hf-folder":
+        from optcli.hf_folder import load_model_folder
+
+        pinned_seq = next((p.shape[1] for p in pinned if p.name == "input_ids" and len(p.shape) == 2
+                           and isinstance(p.shape[1], int)), None)
+        model, example, described = load_model_folder(source.path, task, pinned_seq)
+        loaded = _from_example(torch, model, example, pinned, source.spec)
+        loaded.loaded_as = described
+        return loaded
     raise UsageError(f"{source.path} is not a PyTorch model")
 
 
@@ -270,12 +285,18 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     if not isinstance(result, torch.nn.Module):
         raise UsageError(f"{source.spec} returned a {type(result).__name__}, not an nn.Module",
                          hint="return the model, or (model, example_inputs)")
+    return _from_example(torch, result, example_inputs, pinned, source.spec)
+
+
+def _from_example(torch: Any, result: Any, example_inputs: Any, pinned: list[TensorSpec], spec: str) -> TorchModel:
+    """A module and its example inputs (a tuple in forward order, or a dict by name) -> a TorchModel
+    whose dim 0 is the batch; without examples, the --input pins are the specs."""
     result.eval()
     params = [p for p in inspect.signature(result.forward).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if example_inputs is None:
         if not pinned:
-            raise UsageError(f"{source.spec} returns no example inputs", hint=_INPUTS_HINT)
+            raise UsageError(f"{spec} returns no example inputs", hint=_INPUTS_HINT)
         names = [p.name for p in params]
         for p in pinned:
             if p.name not in names:
@@ -291,7 +312,7 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
         unknown = [n for n, _ in items if n not in inspect.signature(result.forward).parameters
                    and not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(result.forward).parameters.values())]
         if unknown:
-            raise UsageError(f"{source.spec}: example input {unknown[0]!r} is not a parameter of forward()",
+            raise UsageError(f"{spec}: example input {unknown[0]!r} is not a parameter of forward()",
                              hint=f"forward takes: {', '.join(p.name for p in params)}")
         keyword_module = result
         result = _keyword_adapter(torch, result, 0, [n for n, _ in items], _no_cache(result, dict(items)))

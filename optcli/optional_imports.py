@@ -16,6 +16,7 @@ _EXTRAS = {
     "openvino": ("openvino", "openvino"),
     "matplotlib": ("matplotlib", "plot"),
     "cuda": ("cuda-python", "gpu"),
+    "transformers": ("transformers", "hf"),
 }
 
 

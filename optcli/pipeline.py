@@ -70,7 +70,7 @@ class Pipeline:
         pinned = self.config.inputs
         torch_model = None
         if source.is_torch:
-            torch_model = load_torch(source, pinned)
+            torch_model = load_torch(source, pinned, self.config.export.task)
             inputs, fixed, int_high = torch_model.inputs, torch_model.fixed_batch, dict(torch_model.int_high)
         else:
             from optcli.onnx_model import int_bounds_onnx
@@ -122,7 +122,8 @@ class Pipeline:
         report = RunReport(
             optcli_version=__version__,
             model={"path": str(source.path), "spec": source.spec, "format": source.format,
-                   "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs]},
+                   "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs],
+                   **({"loaded_as": ctx.torch_model.loaded_as} if ctx.torch_model and ctx.torch_model.loaded_as else {})},
             target=target, environment=environment(), config=self.config.to_json(),
             stages=[StageReport(s.name) for s in stages], config_file=self.config.config_file_record())
         report.write(self.out)

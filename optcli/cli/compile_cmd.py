@@ -53,7 +53,7 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
     flag_map = {  # flag -> (section or None, field)
         "out": (None, "out"), "target": (None, "target"), "force": (None, "force"),
         "opset": ("export", "opset"), "static_batch": ("export", "static_batch"),
-        "allow_pickle": ("export", "allow_pickle"), "exporter": ("export", "exporter"),
+        "allow_pickle": ("export", "allow_pickle"), "exporter": ("export", "exporter"), "task": ("export", "task"),
         "fuse_level": ("fuse", "level"), "transformer_fusion": ("fuse", "transformer"),
         "bench_runs": ("bench", "runs"), "threads": ("bench", "threads"),
     }
@@ -126,6 +126,9 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--static-batch", is_flag=True, help="Keep the batch dim fixed (default: dim 0 dynamic).")
 @click.option("--allow-pickle", is_flag=True, help="Load a pickled module (runs code from the file).")
 @click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto", show_default=True)
+@click.option("--task", default="auto", show_default=True,
+              help="For a Hugging Face model folder: the task to build (auto: from config.json's architectures), "
+                   "e.g. feature-extraction, text-classification, fill-mask, text-generation, image-classification.")
 @click.option("--no-simplify", is_flag=True, help="Skip the simplify stage.")
 @click.option("--no-fuse", is_flag=True, help="Skip the fuse stage.")
 @click.option("--fuse-level", type=click.Choice(["basic", "extended"]), default="extended", show_default=True,
@@ -159,7 +162,7 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @tensorrt_options
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
-    """Compile MODEL (.onnx, .pt2, TorchScript .pt, or file.py:factory) through the pipeline:
+    """Compile MODEL (.onnx, .pt2, TorchScript .pt, file.py:factory, or a Hugging Face model folder) through the pipeline:
     export -> simplify -> fuse -> ..., writing one artifact per stage, report.json and report.md."""
     from optcli import api
 

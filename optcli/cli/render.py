@@ -56,11 +56,23 @@ def report_table(report: RunReport) -> Table:
     return table
 
 
+def loaded_line(report: RunReport) -> str | None:
+    """What optcli chose for a model folder: the class, the task and the example inputs."""
+    loaded = report.model.get("loaded_as") if isinstance(report.model, dict) else None
+    if not loaded:
+        return None
+    inputs = ", ".join(f"{n}:{s}" for n, s in loaded.get("inputs", {}).items())
+    return f"model: {loaded.get('architecture')} as {loaded.get('task')} (--task to change), inputs {inputs} " \
+           "(batch dynamic; --input NAME:SHAPE to resize)"
+
+
 def final_lines(report: RunReport) -> list[str]:
     f = report.final
+    loaded = loaded_line(report)
     if not f:
-        return []
-    lines = [f"final: {f['artifact']} ({f['precision']}, {f['backend']}, {f['size_bytes'] / 1e6:.2f} MB)"]
+        return [loaded] if loaded else []
+    lines = ([loaded] if loaded else []) + [
+        f"final: {f['artifact']} ({f['precision']}, {f['backend']}, {f['size_bytes'] / 1e6:.2f} MB)"]
     dep, ref = f.get("latency_ms"), f.get("reference_latency_ms")
     if dep:
         lines.append(f"  p50 {dep['p50']:.3f} ms  p90 {dep['p90']:.3f} ms  p99 {dep['p99']:.3f} ms  "

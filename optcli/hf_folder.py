@@ -1,0 +1,119 @@
+"""A Hugging Face model folder as MODEL (`save_pretrained` output: config.json + safetensors weights),
+like `optimum-cli export onnx --model DIR` without the hub: nothing is downloaded.
+
+The class comes from the config's `architectures` (or `--task`), the example inputs from the kind of
+model (token ids and a mask for text, pixel values for vision), with a dynamic batch. What was chosen
+is recorded in report.json (`model.loaded_as`).
+
+Trust: config.json is parsed as data. A folder that needs its own code (`auto_map`, i.e.
+trust_remote_code) is refused, and weights load from safetensors only (a `.bin` is a pickle).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.optional_imports import require
+
+CONFIG = "config.json"
+DEFAULT_SEQUENCE = 128
+# --task -> the transformers Auto class that builds it
+TASKS = {"feature-extraction": "AutoModel", "text-classification": "AutoModelForSequenceClassification",
+         "token-classification": "AutoModelForTokenClassification", "fill-mask": "AutoModelForMaskedLM",
+         "question-answering": "AutoModelForQuestionAnswering", "text-generation": "AutoModelForCausalLM",
+         "image-classification": "AutoModelForImageClassification"}
+# architecture name suffix -> task, for saying what was chosen
+_SUFFIXES = {"ForSequenceClassification": "text-classification", "ForTokenClassification": "token-classification",
+             "ForMaskedLM": "fill-mask", "ForQuestionAnswering": "question-answering", "ForCausalLM": "text-generation",
+             "LMHeadModel": "text-generation", "ForImageClassification": "image-classification"}
+
+
+def is_model_folder(path: Path) -> bool:
+    return path.is_dir() and (path / CONFIG).is_file()
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{folder / CONFIG} is not readable JSON: {exc}", hint="re-save it with save_pretrained") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{folder / CONFIG} is not a model config", hint="re-save it with save_pretrained")
+    if data.get("auto_map"):
+        raise UsageError(f"{folder} needs its own Python code (auto_map in config.json: trust_remote_code)",
+                         hint="optcli never runs a model folder's code; build the model in file.py:factory "
+                              "and pass that")
+    return data
+
+
+def _model_class(transformers: Any, data: dict[str, Any], task: str) -> tuple[Any, str]:
+    if task != "auto":
+        if task not in TASKS:
+            raise UsageError(f"unknown task {task!r}", hint=f"use one of: {', '.join(TASKS)}")
+        return getattr(transformers, TASKS[task]), task
+    archs = data.get("architectures") or []
+    arch = archs[0] if archs and isinstance(archs[0], str) else None
+    cls = getattr(transformers, arch, None) if arch else None
+    if cls is None:
+        return transformers.AutoModel, "feature-extraction"
+    task = next((t for suffix, t in _SUFFIXES.items() if arch.endswith(suffix)), "feature-extraction")
+    return cls, task
+
+
+def _sequence_length(config: Any) -> int:
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return min(DEFAULT_SEQUENCE, int(limit)) if isinstance(limit, int) and limit > 0 else DEFAULT_SEQUENCE
+
+
+def example_inputs(torch: Any, model: Any, sequence: int | None = None) -> dict[str, Any]:
+    """Inputs of the right names and dtypes at batch 2: pixel values for vision models, token ids (inside
+    the vocabulary), a mask and token types (where the model has them) for text models, `sequence`
+    tokens long (default: 128, or the model's position limit)."""
+    config = model.config
+    params = inspect.signature(model.forward).parameters
+    if "pixel_values" in params:
+        size = getattr(config, "image_size", 224)
+        h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+        return {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3), h, w)}
+    if "input_ids" in params:
+        seq = sequence or _sequence_length(config)
+        vocab = int(getattr(config, "vocab_size", 100) or 100)
+        inputs = {"input_ids": torch.randint(0, vocab, (2, seq))}
+        if "attention_mask" in params:
+            inputs["attention_mask"] = torch.ones(2, seq, dtype=torch.long)
+        if "token_type_ids" in params and (getattr(config, "type_vocab_size", 0) or 0) > 1:
+            inputs["token_type_ids"] = torch.zeros(2, seq, dtype=torch.long)
+        return inputs
+    raise UsageError(f"optcli cannot make example inputs for {type(model).__name__} "
+                     f"(forward takes: {', '.join(list(params)[:6])})",
+                     hint="build it in file.py:factory returning (model, example_inputs)")
+
+
+def load_model_folder(folder: Path, task: str, sequence: int | None = None
+                      ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(model in eval mode, example inputs by name, what was chosen) for a save_pretrained folder;
+    `sequence` is the token count a --input pin asked for."""
+    torch = require("torch", "loading PyTorch models")
+    transformers = require("transformers", "Hugging Face model folders")
+    data = read_config(folder)
+    if not any(folder.glob("*.safetensors")):
+        raise UsageError(f"{folder} has no .safetensors weights",
+                         hint="save it with save_pretrained(..., safe_serialization=True); optcli does not "
+                              "unpickle .bin weights")
+    cls, chosen_task = _model_class(transformers, data, task)
+    try:
+        model = cls.from_pretrained(str(folder), local_files_only=True, use_safetensors=True,
+                                    trust_remote_code=False)
+    except Exception as exc:  # transformers raises many kinds for a folder it cannot build
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{folder}: transformers could not build {cls.__name__}: {first}",
+                         hint="check the folder is save_pretrained output, or pass --task") from None
+    model.eval()
+    inputs = example_inputs(torch, model, sequence)
+    described = {"architecture": type(model).__name__, "task": chosen_task,
+                 "inputs": {n: f"{'x'.join(map(str, t.shape))}:{str(t.dtype).replace('torch.', '')}"
+                            for n, t in inputs.items()}}
+    return model, inputs, described

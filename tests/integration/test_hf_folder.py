@@ -1,0 +1,97 @@
+"""A Hugging Face model folder (save_pretrained output) as MODEL, with no flags but the folder: the class
+from config.json's architectures, example inputs of the right names and dtypes, nothing downloaded,
+nothing of the folder's own code run, weights from safetensors only."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from compile_testkit import read_report, run_main, run_optcli
+
+pytestmark = pytest.mark.slow
+EXIT_USAGE = 2
+
+
+@pytest.fixture(scope="module")
+def folders(torch_mod: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tf = pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("hf")
+    torch_mod.manual_seed(0)
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    models = {
+        "bert-cls": tf.BertForSequenceClassification(tf.BertConfig(vocab_size=100, max_position_embeddings=64,
+                                                                   num_labels=3, **small)),
+        "gpt2-lm": tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=32,
+                                                    bos_token_id=0, eos_token_id=0)),
+        "vit-cls": tf.ViTForImageClassification(tf.ViTConfig(image_size=32, patch_size=8, num_labels=5, **small)),
+    }
+    for name, model in models.items():
+        model.save_pretrained(str(root / name))
+    return {name: root / name for name in models}
+
+
+@pytest.mark.parametrize("name, architecture, task, inputs", [
+    ("bert-cls", "BertForSequenceClassification", "text-classification",
+     {"input_ids": "2x64:int64", "attention_mask": "2x64:int64", "token_type_ids": "2x64:int64"}),
+    ("gpt2-lm", "GPT2LMHeadModel", "text-generation", {"input_ids": "2x32:int64", "attention_mask": "2x32:int64"}),
+    ("vit-cls", "ViTForImageClassification", "image-classification", {"pixel_values": "2x3x32x32:float32"}),
+])
+def test_folder_compiles_with_no_flags(folders: dict[str, Path], tmp_path: Path, name: str, architecture: str,
+                                       task: str, inputs: dict[str, str]) -> None:
+    out = tmp_path / "o"
+    p = run_optcli("compile", str(folders[name]), "--out", str(out), "--no-bench", "--backend", "onnxruntime")
+    assert p.returncode == 0, p.stderr
+    assert f"model: {architecture} as {task}" in p.stdout
+    report = read_report(out)
+    assert report["model"]["format"] == "hf-folder"
+    assert report["model"]["loaded_as"] == {"architecture": architecture, "task": task, "inputs": inputs}
+    export = next(s for s in report["stages"] if s["name"] == "export")
+    assert export["status"] == "ok" and export["accuracy"]["cosine_min"] >= 0.9999
+
+
+def test_task_override_and_sequence_pin(folders: dict[str, Path], tmp_path: Path) -> None:
+    code, out, err = run_main("compile", str(folders["bert-cls"]), "--task", "feature-extraction", "--input",
+                              "input_ids:1x16", "--out", str(tmp_path / "o"), "--no-bench", "--backend", "onnxruntime")
+    assert code == 0, err
+    loaded = read_report(tmp_path / "o")["model"]["loaded_as"]
+    assert loaded["architecture"] == "BertModel" and loaded["inputs"]["input_ids"] == "2x16:int64"
+
+
+def test_int8_of_a_folder(folders: dict[str, Path], tmp_path: Path) -> None:
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        np.savez(calib / f"{i}.npz", pixel_values=rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+    code, _, err = run_main("compile", str(folders["vit-cls"]), "--int8", "--calib", str(calib), "--out",
+                            str(tmp_path / "o"), "--no-bench", "--target", "cpu")
+    assert code in (0, 3), err  # a random-weight ViT may miss the default tolerance; never a crash
+    report = read_report(tmp_path / "o")
+    quant = next(s for s in report["stages"] if s["name"] == "quantize-int8")
+    assert quant["status"] in ("ok", "failed") and quant["accuracy"] is not None
+
+
+def test_folder_needing_its_own_code_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    config = json.loads((folders["bert-cls"] / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_evil.py").write_text("open('pwned', 'w').write('ran')\n")
+    (folder / "model.safetensors").write_bytes((folders["bert-cls"] / "model.safetensors").read_bytes())
+    p = run_optcli("compile", str(folder), "--out", str(tmp_path / "o"), "--no-bench", cwd=tmp_path)
+    assert p.returncode == EXIT_USAGE and "needs its own Python code" in p.stderr, p.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_folder_with_pickled_weights_only_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "config.json").write_text((folders["bert-cls"] / "config.json").read_text())
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    p = run_optcli("compile", str(folder), "--out", str(tmp_path / "o"), "--no-bench")
+    assert p.returncode == EXIT_USAGE and "no .safetensors weights" in p.stderr, p.stderr
