@@ -69,27 +69,35 @@ def _sequence_length(config: Any) -> int:
 
 
 def example_inputs(torch: Any, model: Any, sequence: int | None = None) -> dict[str, Any]:
-    """Inputs of the right names and dtypes at batch 2: pixel values for vision models, token ids (inside
-    the vocabulary), a mask and token types (where the model has them) for text models, `sequence`
-    tokens long (default: 128, or the model's position limit)."""
+    """Inputs of the right names and dtypes at batch 2, for what forward() takes: pixel values at the
+    config's image size; token ids inside the vocabulary, `sequence` tokens long (default 128 or the
+    model's position limit), a mask and token types where the model has them; decoder token ids for
+    encoder-decoders; one second of 16 kHz audio for speech encoders."""
     config = model.config
     params = inspect.signature(model.forward).parameters
-    if "pixel_values" in params:
-        size = getattr(config, "image_size", 224)
-        h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
-        return {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3), h, w)}
+    inputs: dict[str, Any] = {}
     if "input_ids" in params:
-        seq = sequence or _sequence_length(config)
-        vocab = int(getattr(config, "vocab_size", 100) or 100)
-        inputs = {"input_ids": torch.randint(0, vocab, (2, seq))}
+        seq = sequence or _sequence_length(getattr(config, "text_config", None) or config)
+        vocab = int(getattr(getattr(config, "text_config", None) or config, "vocab_size", 100) or 100)
+        inputs["input_ids"] = torch.randint(0, vocab, (2, seq))
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones(2, seq, dtype=torch.long)
         if "token_type_ids" in params and (getattr(config, "type_vocab_size", 0) or 0) > 1:
             inputs["token_type_ids"] = torch.zeros(2, seq, dtype=torch.long)
-        return inputs
-    raise UsageError(f"optcli cannot make example inputs for {type(model).__name__} "
-                     f"(forward takes: {', '.join(list(params)[:6])})",
-                     hint="build it in file.py:factory returning (model, example_inputs)")
+        if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+            inputs["decoder_input_ids"] = torch.randint(0, vocab, (2, max(1, seq // 2)))
+    if "pixel_values" in params:
+        vision = getattr(config, "vision_config", None) or config
+        size = getattr(vision, "image_size", 224)
+        h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+        inputs["pixel_values"] = torch.randn(2, getattr(vision, "num_channels", 3), h, w)
+    if "input_values" in params and not inputs:
+        inputs["input_values"] = torch.randn(2, 16000)
+    if not inputs:
+        raise UsageError(f"optcli cannot make example inputs for {type(model).__name__} "
+                         f"(forward takes: {', '.join(list(params)[:6])})",
+                         hint="build it in file.py:factory returning (model, example_inputs)")
+    return inputs
 
 
 def load_model_folder(folder: Path, task: str, sequence: int | None = None

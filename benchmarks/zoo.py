@@ -1,0 +1,182 @@
+"""The model zoo: every family in benchmarks/zoo_models.py compiled FP32 and INT8 the way users hand
+models over, rotating the input form per family (file.py:factory, a Hugging Face folder, .pt2, .onnx),
+with a row per compile: exporter, stages, compile seconds, speedup of the final artifact over PyTorch
+eager, cosine against FP32, pass/fail with the one-line reason.
+
+    python benchmarks/zoo.py [--families bert,resnet] [--out optcli-out/zoo] [--markdown docs/benchmarks/zoo.md]
+
+Each compile runs `python -m optcli compile ... --json` in a subprocess (a real CLI run). Calibration
+and held-out data are drawn like the example inputs (gaussian floats; token ids inside the example's
+range; masks of ones). Latency uses a short measurement (benchmarks/zoo.toml-style [bench] below), so
+speedups are indicative; docs/benchmarks/cpu.md has the careful ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+FAST_BENCH = "[bench]\nwarmup-runs = 2\nwarmup-seconds = 0.05\nruns = 20\nmin-seconds = 0.2\nmax-seconds = 1.0\n" \
+             "[cpu]\nmin-seconds = 0.5\nmax-seconds = 3.0\n"
+FORMS = ("factory", "hf-folder", "pt2", "onnx")
+
+
+def _arrays(example: Any, n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, t in example.items():
+        a = t.numpy()
+        shape = (n, *a.shape[1:])
+        if np.issubdtype(a.dtype, np.floating):
+            out[name] = rng.standard_normal(shape).astype(a.dtype)
+        elif "mask" in name:
+            out[name] = np.ones(shape, a.dtype)
+        else:
+            out[name] = rng.integers(int(a.min()), int(a.max()) + 1, size=shape).astype(a.dtype)
+    return out
+
+
+def _named(model: Any, example: Any) -> dict[str, Any]:
+    if isinstance(example, dict):
+        return example
+    import inspect
+
+    params = list(inspect.signature(model.forward).parameters)
+    return dict(zip(params, example))
+
+
+def prepare(family: str, form: str, root: Path) -> tuple[str, dict[str, Any]]:
+    """Write the family in its input form under root; returns (MODEL argument, named example inputs)."""
+    import torch
+    import zoo_models
+
+    model, example = getattr(zoo_models, family)()
+    named = _named(model, example)
+    root.mkdir(parents=True, exist_ok=True)
+    if form == "hf-folder" and hasattr(model, "save_pretrained"):
+        model.config.architectures = [type(model).__name__]
+        model.save_pretrained(str(root / "hf"))
+        return str(root / "hf"), named
+    if form == "pt2":
+        batch = torch.export.Dim("batch", min=1, max=64)
+        kwargs = {**named, **({"use_cache": False} if "use_cache" in
+                              __import__("inspect").signature(model.forward).parameters else {})}
+        shapes = {k: ({0: batch} if k in named else None) for k in kwargs}
+        ep = torch.export.export(model, (), kwargs=kwargs, dynamic_shapes=shapes, strict=False)
+        torch.export.save(ep, str(root / "model.pt2"))
+        return str(root / "model.pt2"), named
+    if form == "onnx":
+        kwargs = {**named, **({"use_cache": False} if "use_cache" in
+                              __import__("inspect").signature(model.forward).parameters else {})}
+        shapes = {k: ({0: torch.export.Dim.DYNAMIC} if k in named else None) for k in kwargs}
+        prog = torch.onnx.export(model, (), kwargs=kwargs, dynamo=True, dynamic_shapes=shapes,
+                                 input_names=list(named), external_data=False)
+        prog.save(str(root / "model.onnx"))
+        return str(root / "model.onnx"), named
+    return f"{HERE / 'zoo_models.py'}:{family}", named
+
+
+def _data(named: dict[str, Any], folder: Path, seed: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(4):
+        np.savez(folder / f"{i}.npz", **_arrays(named, 8, seed + i))
+    return folder
+
+
+def compile_row(family: str, kind: str, form: str, precision: str, model: str, named: dict[str, Any],
+                root: Path) -> dict[str, Any]:
+    out = root / f"out-{precision}"
+    args = [sys.executable, "-m", "optcli", "compile", model, "--out", str(out), "--json", "--force",
+            "--config", str(root / "zoo.toml"), "--target", "cpu"]
+    if precision == "int8":
+        args += ["--int8", "--calib", str(_data(named, root / "calib", 0)), "--eval", str(_data(named, root / "eval", 100))]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    seconds = time.perf_counter() - t0
+    row: dict[str, Any] = {"family": family, "kind": kind, "form": form, "precision": precision,
+                           "seconds": round(seconds, 1), "exit": proc.returncode}
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        row["reason"] = (err[0] if err else proc.stderr.strip().splitlines()[-1:] or ["?"])[0][:200]
+        return row
+    stages = {s["name"]: s for s in report["stages"]}
+    export = stages.get("export") or {}
+    row["exporter"] = (export.get("details") or {}).get("exporter", "-" if export.get("status") == "skipped" else "?")
+    row["stages"] = " ".join(f"{s['name']}:{s['status']}" for s in report["stages"] if s["status"] != "skipped")
+    final = report.get("final") or {}
+    dep, ref = final.get("latency_ms"), final.get("reference_latency_ms")
+    if dep and ref and dep.get("p50"):
+        row["speedup"] = round(ref["p50"] / dep["p50"], 2)
+        row["baseline"] = ref.get("runtime")
+    gated = stages.get("build-cpu") or stages.get("quantize-int8") or export
+    acc = gated.get("accuracy") or {}
+    if "cosine_mean" in acc:
+        row["cosine"] = round(acc["cosine_mean"], 5)
+    row["artifact"] = f"{final.get('backend', '-')}" if final else "-"
+    if report.get("error"):
+        row["reason"] = report["error"]["message"][:200]
+    return row
+
+
+def to_markdown(rows: list[dict[str, Any]], command: str) -> str:
+    passed = sum(r["exit"] == 0 for r in rows)
+    lines = ["# Model zoo", "",
+             f"`{command}`: {passed} of {len(rows)} compiles passed, on this 2-core CPU machine (no GPU), "
+             "random weights from reduced configs, calibration and held-out data drawn like the example inputs.",
+             "Speedup: the final artifact's p50 at batch 1 over the baseline (PyTorch eager, or ONNX Runtime for "
+             "an .onnx input), from a short measurement on a shared machine: indicative only. Cosine: mean "
+             "cosine against FP32 on held-out data (INT8) or on random inputs (FP32), from the stage that gates.", "",
+             "| family | kind | form | precision | exporter | exit | compile s | speedup | cosine | backend | reason |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['family']} | {r['kind']} | {r['form']} | {r['precision']} | {r.get('exporter', '-')} | "
+                     f"{r['exit']} | {r['seconds']} | {r.get('speedup', '-')} | {r.get('cosine', '-')} | "
+                     f"{r.get('artifact', '-')} | {r.get('reason', '').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import zoo_models
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(zoo_models.FAMILIES))
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--out", default="optcli-out/zoo")
+    parser.add_argument("--markdown")
+    args = parser.parse_args()
+    kinds = {f: k for k, fams in zoo_models.KINDS.items() for f in fams}
+    rows = []
+    for i, family in enumerate(f for f in args.families.split(",") if f):
+        form = FORMS[i % len(FORMS)] if kinds[family] != "plain torch" else ("factory", "pt2")[i % 2]
+        root = Path(args.out) / family
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "zoo.toml").write_text(FAST_BENCH)
+        try:
+            model, named = prepare(family, form, root)
+        except Exception as exc:  # noqa: BLE001 - preparing the input form failed: say so, go on
+            rows.append({"family": family, "kind": kinds[family], "form": form, "precision": "-", "exit": "-",
+                         "seconds": 0, "reason": f"preparing the {form} failed: {type(exc).__name__}: {exc}"[:200]})
+            continue
+        for precision in args.precisions.split(","):
+            row = compile_row(family, kinds[family], form, precision, model, named, root)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    command = "python benchmarks/zoo.py" + (f" --families {args.families}" if args.families != ",".join(
+        zoo_models.FAMILIES) else "")
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(rows, command))
+    print(to_markdown(rows, command))
+
+
+if __name__ == "__main__":
+    main()
