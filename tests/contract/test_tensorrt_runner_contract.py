@@ -63,9 +63,24 @@ class FakeEvent:
 
 
 class FakeGraph:
+    """torch.cuda.CUDAGraph: capture_begin/capture_end on the current stream; enqueues made in
+    between are recorded (the TensorRT double appends to trt.capturing) and run again on replay."""
+
+    trt: Any = None
+    captures = 0
+
     def __init__(self) -> None:
         self.calls: list = []
         self.replays = 0
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        assert capture_error_mode in ("global", "thread_local", "relaxed")
+        assert FakeGraph.trt.capturing is None, "nested capture"
+        FakeGraph.trt.capturing = self.calls
+        FakeGraph.captures += 1
+
+    def capture_end(self) -> None:
+        FakeGraph.trt.capturing = None
 
     def replay(self) -> None:
         self.replays += 1
@@ -78,6 +93,11 @@ class FakeCuda:
 
     def __init__(self, trt: Any) -> None:
         self._trt = trt
+        self.device_syncs = 0
+        FakeGraph.trt, FakeGraph.captures = trt, 0
+
+    def synchronize(self, device: Any = None) -> None:
+        self.device_syncs += 1
 
     def is_available(self) -> bool:
         return True
@@ -114,9 +134,15 @@ class TorchShim:
 
     def __init__(self, trt: Any) -> None:
         self.cuda = FakeCuda(trt)
+        self._trt = trt
+        self._keep: list = []
 
     def empty(self, *size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Any:
-        return torch.empty(*size, dtype=dtype)
+        t = torch.empty(*size, dtype=dtype)
+        if device is not None:  # "device" memory: the TensorRT double tells it from host memory by address
+            self._trt.device_ranges.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+            self._keep.append(t)  # a freed range could be reused by a host allocation
+        return t
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
