@@ -356,12 +356,14 @@ def default_timing_cache(cfg: TensorRTConfig, machine: Machine) -> Path:
 
 
 def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: TensorRTConfig, machine: Machine,
-                  force: bool = False) -> Obtained:
+                  force: bool = False, shape_values: ShapeValues | None = None) -> Obtained:
     """The engine for this ONNX, profiles, options and machine: from the engine cache when a valid
     entry exists (and `force` is off), else built and cached."""
     options = cfg.build_options()
     onnx_sha = onnx_digest(onnx_path)
-    key = cache_key(onnx_sha, options, profiles_json(profiles), machine.tensorrt_version, machine.gpu,
+    ranges = profiles_json(profiles) + ([{"shape_values": {k: [list(v) for v in vs] for k, vs in
+                                                         sorted(shape_values.items())}}] if shape_values else [])
+    key = cache_key(onnx_sha, options, ranges, machine.tensorrt_version, machine.gpu,
                     machine.compute_capability, cuda=machine.cuda)
     cache = EngineCache(cfg.engine_cache_dir()) if cfg.engine_cache_enabled else None
     lookup = Lookup("disabled") if cache is None else Lookup("forced") if force else None
@@ -376,7 +378,7 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
                                                                    "dir": str(cache.entry(key))})
     assert lookup is not None
     timing = cfg.timing_cache or default_timing_cache(cfg, machine)
-    built = build_engine(trt, onnx_path, profiles, options, timing)
+    built = build_engine(trt, onnx_path, profiles, options, timing, shape_values)
     meta = EngineMetadata(
         tensorrt_version=machine.tensorrt_version, gpu=machine.gpu, compute_capability=machine.compute_capability,
         cache_key=key, onnx_sha256=onnx_sha, engine_sha256=hashlib.sha256(built.engine_bytes).hexdigest(),

@@ -18,10 +18,12 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from optcli.errors import StageError
 from optcli.tensorrt.onnx_support import OPS, OPSET_RANGE, QUANTIZED_TYPES, SOURCE
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
@@ -123,10 +125,35 @@ def check_model(model: Any) -> list[Finding]:
 
 
 def check_file(path: Path) -> list[Finding]:
-    """Findings for an ONNX file (weights beside it are read only where a rule needs a value)."""
+    """Findings for an ONNX file. External weights are not read: the only values a rule needs are
+    zero points, small enough to sit inside the file."""
     from optcli.onnx_model import load_onnx
 
-    return check_model(load_onnx(path, load_weights=True))
+    return check_model(load_onnx(path, load_weights=False))
+
+
+SKIP_ENV = "OPTCLI_TENSORRT_PREFLIGHT"
+
+
+class PreflightFailure(StageError):
+    """The preflight found what TensorRT's parser would refuse; `findings` holds them all."""
+
+    def __init__(self, path: Path, findings: list[Finding], what: str) -> None:
+        shown = "; ".join(f.describe() for f in findings[:3])
+        more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
+        super().__init__(f"{what} has what TensorRT's ONNX parser refuses: {shown}{more}",
+                         hint=f"optcli check {path} --target tensorrt lists every finding; if a real TensorRT "
+                              f"accepts the graph, set {SKIP_ENV}=off and report the rule")
+        self.findings = findings
+
+
+def require_clean(path: Path, what: str) -> None:
+    """Raise PreflightFailure when `path` has findings (unless OPTCLI_TENSORRT_PREFLIGHT=off)."""
+    if os.environ.get(SKIP_ENV, "").lower() in ("off", "0", "no"):
+        return
+    findings = check_file(path)
+    if findings:
+        raise PreflightFailure(path, findings, what)
 
 
 def _finding(index: int, node: Any, rule: str, reason: str, source: str = SOURCE) -> Finding:

@@ -51,9 +51,14 @@ import onnx
 
 PLAN_MAGIC = b"FAKEPLAN"
 CACHE_MAGIC = b"FAKETC"
+# Ops the double's parser imports (all listed Y in onnx-tensorrt docs/operators.md); others fail
+# as "No importer registered for op".
 KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", "Softmax", "Flatten",
              "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose", "GlobalAveragePool",
-             "MaxPool", "RoiAlign"}
+             "MaxPool", "AveragePool", "RoiAlign", "ReduceMean", "ReduceSum", "ReduceMax", "Shape", "Gather",
+             "Unsqueeze", "Squeeze", "Concat", "Slice", "Constant", "Sub", "Div", "Pow", "Sqrt", "Erf", "Tanh",
+             "LayerNormalization", "Where", "Equal", "Expand", "BatchNormalization", "Neg", "Exp", "Not",
+             "ConstantOfShape", "Range", "Tile", "Clip", "Split", "Pad", "Less", "Greater", "Gelu"}
 PLUGIN_OPS = {"RoiAlign": "ROIAlign_TRT"}            # ONNX ops onnx-tensorrt imports as plugin layers
 _SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its shape input
 # BF16 has no numpy dtype: its memory is read and written as uint16 bit patterns.

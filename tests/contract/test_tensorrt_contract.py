@@ -325,7 +325,20 @@ def test_stage_reports_parser_failure_as_stage_error(tmp_path):
     stage = _stage(tmp_path, model, trt, MACHINE_11)
     (tmp_path / "w").mkdir()
     with pytest.raises(StageError, match=r"node 1 'second' \(op FancyOp\): No importer registered"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("OPTCLI_TENSORRT_PREFLIGHT", "off")   # the parser itself, not the preflight
+            stage.run(Artifact(model, "onnx"), tmp_path / "w")
+
+
+def test_stage_runs_the_preflight_before_any_tensorrt_call(tmp_path):
+    trt = make_tensorrt("11.1.0.6", compute_capability="9.0")
+    model = save_model(tmp_path / "m.onnx", op="FancyOp", domain="com.example")
+    stage = _stage(tmp_path, model, trt, MACHINE_11)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(StageError, match=r"TensorRT's ONNX parser refuses: node 1 'second' \(FancyOp\): "
+                                         r"custom domain 'com.example'") as info:
         stage.run(Artifact(model, "onnx"), tmp_path / "w")
+    assert "optcli check" in info.value.hint and trt.calls == []
 
 
 def test_stage_refuses_a_batch_range_the_pipeline_cannot_measure(tmp_path):

@@ -121,12 +121,14 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def graph(self, graph: FakeGraph, stream: Any = None, capture_error_mode: str = "global") -> Any:
-        assert isinstance(stream, FakeStream) and capture_error_mode in ("global", "thread_local", "relaxed")
-        self._trt.capturing = graph.calls
+        """torch.cuda.graph(): like torch's, it synchronizes the whole device before capturing."""
+        assert isinstance(stream, FakeStream)
+        self.synchronize()
+        graph.capture_begin(capture_error_mode=capture_error_mode)
         try:
             yield
         finally:
-            self._trt.capturing = None
+            graph.capture_end()
 
 
 class TorchShim:
