@@ -342,5 +342,8 @@ def test_row13_cache_key_has_the_cuda_major():
 
 
 def test_row14_docs_state_the_real_minimum_gpu():
+    from optcli.tensorrt.probe import MIN_COMPUTE_CAPABILITY
+
     text = (Path(__file__).resolve().parents[2] / "docs" / "tensorrt.md").read_text()
-    assert "Volta" not in text and "7.5" in text
+    floor = ".".join(map(str, MIN_COMPUTE_CAPABILITY))
+    assert "Volta or newer" not in text and f"compute capability {floor} or newer" in text
