@@ -206,7 +206,14 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         trt.plugins_registered = True
         return True
 
-    flags = {"STRONGLY_TYPED": 0, "PREFER_JIT_PYTHON_PLUGINS": 1, "PREFER_AOT_PYTHON_PLUGINS": 2}
+    # NvInfer.h: 10.x kEXPLICIT_BATCH=0, kSTRONGLY_TYPED=1 (10.9+: Python plugin flags 2, 3);
+    # 11.x kSTRONGLY_TYPED=0, kPREFER_JIT_PYTHON_PLUGINS=1, kPREFER_AOT_PYTHON_PLUGINS=2.
+    if major >= 11:
+        flags = {"STRONGLY_TYPED": 0, "PREFER_JIT_PYTHON_PLUGINS": 1, "PREFER_AOT_PYTHON_PLUGINS": 2}
+    else:
+        flags = {"EXPLICIT_BATCH": 0, "STRONGLY_TYPED": 1}
+        if minor >= 9:
+            flags.update({"PREFER_JIT_PYTHON_PLUGINS": 2, "PREFER_AOT_PYTHON_PLUGINS": 3})
     NetworkDefinitionCreationFlag = Enum("NetworkDefinitionCreationFlag", flags)
     builder_flags = {"DEBUG": 2, "GPU_FALLBACK": 3, "REFIT": 4, "DISABLE_TIMING_CACHE": 5, "TF32": 6,
                      "VERSION_COMPATIBLE": 12, "EXCLUDE_LEAN_RUNTIME": 13}
@@ -766,4 +773,11 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         raise AttributeError(f"TensorRT contract: tensorrt.{name} is not in the API slice the double models")
 
     trt.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    # For the surface test (tests/contract/tensorrt_api.py): every class and enum the double models.
+    trt._classes = {"ILogger": ILogger, "Logger": Logger, "Builder": Builder,  # type: ignore[attr-defined]
+                    "INetworkDefinition": INetworkDefinition, "ITensor": ITensor, "OnnxParser": OnnxParser,
+                    "ParserError": ParserError, "IOptimizationProfile": IOptimizationProfile,
+                    "IBuilderConfig": IBuilderConfig, "ITimingCache": ITimingCache, "IHostMemory": HostMemory,
+                    "Runtime": Runtime, "ICudaEngine": ICudaEngine, "IExecutionContext": IExecutionContext,
+                    "IEngineInspector": IEngineInspector, "IProfiler": IProfiler}
     return trt

@@ -63,7 +63,7 @@ def test_10x_network_is_created_strongly_typed(tmp_path, cfg):
     trt = make_tensorrt("10.8.0.43")
     model = save_model(tmp_path / "m.onnx")
     obtain_engine(trt, model, profiles_for(model), cfg, MACHINE_10)
-    assert calls(trt, "create_network") == [(1 << 0,)]  # 1 << STRONGLY_TYPED
+    assert calls(trt, "create_network") == [(1 << 1,)]  # 1 << STRONGLY_TYPED (= 1 in 10.x's NvInfer.h)
     assert not [f for (f,) in calls(trt, "set_flag") if f in ("FP16", "INT8", "BF16")]
 
 
