@@ -58,7 +58,11 @@ KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", 
              "MaxPool", "AveragePool", "RoiAlign", "ReduceMean", "ReduceSum", "ReduceMax", "Shape", "Gather",
              "Unsqueeze", "Squeeze", "Concat", "Slice", "Constant", "Sub", "Div", "Pow", "Sqrt", "Erf", "Tanh",
              "LayerNormalization", "Where", "Equal", "Expand", "BatchNormalization", "Neg", "Exp", "Not",
-             "ConstantOfShape", "Range", "Tile", "Clip", "Split", "Pad", "Less", "Greater", "Gelu"}
+             "ConstantOfShape", "Range", "Tile", "Clip", "Split", "Pad", "Less", "Greater", "Gelu", "Max", "Min",
+             "GatherND", "GatherElements", "And", "Or", "Xor", "ScatterND", "CumSum", "Trilu", "Mod", "Floor",
+             "Ceil", "Abs", "ArgMax", "TopK", "Einsum", "Sin", "Cos", "Log", "Reciprocal", "ReduceProd", "Sign",
+             "IsNaN", "Round", "CastLike", "LessOrEqual", "GreaterOrEqual", "Softplus", "LeakyRelu", "PRelu",
+             "HardSwish", "HardSigmoid", "InstanceNormalization", "Resize", "ConvTranspose", "Dropout"}
 PLUGIN_OPS = {"RoiAlign": "ROIAlign_TRT"}            # ONNX ops onnx-tensorrt imports as plugin layers
 _SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its shape input
 # BF16 has no numpy dtype: its memory is read and written as uint16 bit patterns.
