@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from fake_tensorrt import make_tensorrt
-from test_tensorrt_runner_contract import TorchShim
+from fake_cuda import TorchShim
 
 import optcli.runtime.tensorrt_runner as runner_module
 from optcli.tensorrt.preflight import check_file

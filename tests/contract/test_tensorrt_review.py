@@ -12,7 +12,8 @@ import onnx
 import pytest
 from fake_tensorrt import make_tensorrt
 from onnx import TensorProto, helper, numpy_helper
-from test_tensorrt_runner_contract import FakeGraph, TorchShim, engine_for, reference, save_model
+from fake_cuda import FakeGraph, TorchShim
+from test_tensorrt_runner_contract import engine_for, reference, save_model
 
 import optcli.runtime.tensorrt_runner as runner_module
 from optcli.errors import StageError, UsageError
