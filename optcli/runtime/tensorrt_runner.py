@@ -130,7 +130,8 @@ class TensorRTRunner(Runner):
             return None  # not ours or damaged: TensorRT's own check at deserialization still applies
         major, minor = self.torch.cuda.get_device_capability(self.device)
         problem = meta.mismatch(tensorrt_version=str(self.trt.__version__),
-                                gpu=self.torch.cuda.get_device_name(self.device), compute_capability=f"{major}.{minor}")
+                                gpu=self.torch.cuda.get_device_name(self.device), compute_capability=f"{major}.{minor}",
+                                cuda=getattr(self.torch.version, "cuda", None))
         if problem:
             raise UsageError(f"{self.engine_path} does not fit this machine: {problem}",
                              hint="rebuild it here with optcli compile MODEL --target tensorrt")
