@@ -762,7 +762,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                 _log(Logger.ERROR, "engine has host code; set engine_host_code_allowed")
                 return None
             if plan["plugins"] and not trt.plugins_registered:
-                _log(Logger.ERROR, f"getPluginCreator could not find plugin {plan['plugins'][0]} version 1")
+                _log(Logger.ERROR, f"getPluginCreator could not find plugin {plan['plugins'][0]} version 2")
                 return None
             return ICudaEngine(plan)
 
