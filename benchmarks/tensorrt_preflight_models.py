@@ -100,7 +100,7 @@ def main() -> None:
                                      check=False, tensorrt={"batch": "1/1/8"}, runs=2, min_seconds=0.0,
                                      max_seconds=0.1, warmup_runs=0, warmup_seconds=0.0, **options)
                 stage = report.stage(f"quantize-{precision}")
-                graph = work / f"out-{name}-{precision}" / stage.artifact["path"] if stage.artifact else None
+                graph = work / f"out-{name}-{precision}" / stage.artifact if stage.artifact else None
                 findings = check_file(graph) if graph and graph.is_file() else None
                 statuses = ", ".join(f"{s.name}={s.status}" for s in report.stages)
                 print(f"{name} {precision}: {len(findings) if findings is not None else 'no graph'} preflight "

@@ -8,10 +8,12 @@ torch tensors (torch CUDA build), never pycuda. Options: `outputs="torch"` keeps
 as torch CUDA tensors (no copy back); `cuda_graph=True` captures the enqueue in a CUDA graph per
 set of input shapes and replays it whenever those shapes recur; `time_gpu()` measures device time with CUDA events.
 
-TensorRT calls (10.x / 11.x Python API, name-based I/O): trt.Runtime(logger).deserialize_cuda_engine,
+TensorRT calls (10.x / 11.x Python API, name-based I/O; each row of tests/contract/tensorrt_api.py
+cites its pyCore.cpp binding): trt.Runtime(logger).deserialize_cuda_engine (after
+init_libnvinfer_plugins), engine.get_tensor_location / is_shape_inference_io / get_tensor_format,
 engine.create_execution_context(), context.set_input_shape(name, shape), context.get_tensor_shape,
-context.set_tensor_address(name, ptr), context.execute_async_v3(stream_handle); TensorRT asks for one
-enqueue after a shape change before a CUDA graph capture, which _capture does.
+context.set_tensor_address(name, ptr), context.execute_async_v3(stream_handle) -> bool; TensorRT asks
+for one enqueue after a shape change before a CUDA graph capture, which _capture does.
 
 Never run on a real GPU by its author: see docs/tensorrt.md for what was verified and how.
 """
@@ -29,7 +31,8 @@ from optcli.optional_imports import require
 from optcli.runtime import register_runner
 from optcli.runtime.base import Runner, _to_numpy
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
-from optcli.tensorrt.builder import deserialize, make_logger
+from optcli.tensorrt.builder import deserialize
+from optcli.tensorrt.logger import make_logger
 from optcli.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
 
 register_runner("engine", __name__, "TensorRTRunner")
@@ -356,8 +359,11 @@ class TensorRTRunner(Runner):
 
 
 def _key(shapes: dict[str, Shape], values: dict[str, Any] | None) -> Key:
-    return (tuple(sorted(shapes.items())),
-            tuple((n, tuple(np.asarray(v).ravel().tolist())) for n, v in sorted((values or {}).items())))
+    def flat(v: Any) -> tuple:
+        v = v.detach().cpu() if hasattr(v, "detach") else v  # a torch tensor, maybe on the GPU
+        return tuple(np.asarray(v).ravel().tolist())
+
+    return tuple(sorted(shapes.items())), tuple((n, flat(v)) for n, v in sorted((values or {}).items()))
 
 
 def _host_array(host: Any) -> np.ndarray:

@@ -5,20 +5,24 @@ contract tests pass a test double of exactly this API slice. The calls, all docu
 TensorRT Python API for 10.x and 11.x (and used the same way by Polygraphy's
 polygraphy/backend/trt/loader.py):
 
-- trt.ILogger subclass with log(severity, msg); trt.Logger.{INTERNAL_ERROR,ERROR,WARNING}
-- trt.init_libnvinfer_plugins(logger, "")           (plugins some ONNX ops map to)
+- trt.ILogger subclass with log(severity, msg), one per process; trt.Logger.{INTERNAL_ERROR,ERROR,WARNING}
+- trt.init_libnvinfer_plugins(logger, "")           (before parsing AND before every deserialization)
 - trt.Builder(logger); builder.create_network(flags); builder.create_builder_config();
   builder.create_optimization_profile(); builder.build_serialized_network(network, config) -> IHostMemory | None
-- trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED  (10.x; 11.x is always strongly typed and ignores it)
+- trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED  (10.x: value 1; 11.x is always strongly typed and ignores it)
 - trt.OnnxParser(network, logger); parser.parse_from_file(path) -> bool; parser.num_errors;
-  parser.get_error(i) -> .desc() .node() .node_name() .node_operator() .code()
-- network.num_inputs; network.get_input(i) -> .name .shape
+  parser.get_error(i) -> .desc() .node() .node_name() .node_operator()
+- network.num_inputs / num_outputs; network.get_input(i) / get_output(i) -> .name .shape .dtype .is_shape_tensor
 - config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, bytes); config.builder_optimization_level;
+  config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED;
   config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.*; config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE);
-  config.add_optimization_profile(profile) -> index; profile.set_shape(name, min, opt, max)
+  config.add_optimization_profile(profile) -> index; profile.set_shape(name, min, opt, max);
+  profile.set_shape_input(name, min, opt, max)   (values of shape-tensor inputs)
 - config.create_timing_cache(bytes); config.set_timing_cache(cache, ignore_mismatch) -> bool;
-  config.get_timing_cache().serialize()
+  config.get_timing_cache().serialize(); cache.combine(other, ignore_mismatch) -> bool
 - trt.Runtime(logger); runtime.engine_host_code_allowed; runtime.deserialize_cuda_engine(bytes) -> engine | None
+
+tests/contract/tensorrt_api.py records each with its signature, bindings file and versions.
 
 No precision flags are ever set: FP16 and INT8 come from the ONNX (casts, Q/DQ nodes), which is the
 only way in 11.x and what a strongly typed 10.x network requires.
@@ -37,6 +41,7 @@ from optcli import __version__
 from optcli.atomic_write import atomic_path
 from optcli.errors import StageError, UsageError
 from optcli.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
+from optcli.tensorrt.logger import make_logger
 from optcli.tensorrt.metadata import EngineMetadata, engine_io, network_io
 from optcli.tensorrt.options import TensorRTConfig
 from optcli.tensorrt.profiles import InputProfile, profiles_json
@@ -78,63 +83,6 @@ class ParserFailure(StageError):
                          hint="the op or attribute is not supported by this TensorRT version; see "
                               "docs/tensorrt.md for the options (--target cpu, another opset, a plugin)")
         self.issues = issues
-
-
-_LOGGERS: dict[int, Any] = {}
-_KEEP = 200  # messages kept per severity: the logger lives as long as the process
-
-
-def make_logger(trt: Any) -> Any:
-    """The process-wide trt.ILogger that keeps errors and warnings (for stage reasons) instead of
-    printing them.
-
-    One per process, as Polygraphy does (polygraphy/backend/trt/util.py get_trt_logger): TensorRT
-    keeps the first logger a Builder/Runtime registers as its global logger and sends later messages
-    there, so a second logger would see none of them. Callers read only what arrived after
-    `mark()`. INFO/VERBOSE messages return at once: a Python ILogger takes the GIL for every message
-    (pyCore.cpp PyLogger::log), which cannot be avoided without TensorRT printing to stdout."""
-    logger = _LOGGERS.get(id(trt))
-    if logger is not None:
-        return logger
-    error_levels = (int(trt.Logger.INTERNAL_ERROR), int(trt.Logger.ERROR))
-    warning_level = int(trt.Logger.WARNING)
-
-    class _Logger(trt.ILogger):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.warnings: list[str] = []
-            self.seen_errors = 0
-            self.seen_warnings = 0
-
-        def log(self, severity: Any, msg: str) -> None:
-            level = int(severity)
-            if level in error_levels:
-                self.errors.append(str(msg))
-                self.seen_errors += 1
-                del self.errors[:-_KEEP]
-            elif level == warning_level:
-                self.warnings.append(str(msg))
-                self.seen_warnings += 1
-                del self.warnings[:-_KEEP]
-
-        def mark(self) -> tuple[int, int]:
-            """Where the message counts stand now; pass it to last_errors/warnings_since."""
-            return self.seen_errors, self.seen_warnings
-
-        def last_errors(self, n: int = 2, since: tuple[int, int] | None = None) -> str:
-            fresh = _tail(self.errors, self.seen_errors - since[0]) if since else self.errors
-            return " | ".join(m.strip().splitlines()[0][:300] for m in fresh[-n:] if m.strip()) or "no error was logged"
-
-        def warnings_since(self, since: tuple[int, int]) -> list[str]:
-            return _tail(self.warnings, self.seen_warnings - since[1])
-
-    logger = _LOGGERS[id(trt)] = _Logger()
-    return logger
-
-
-def _tail(messages: list[str], fresh: int) -> list[str]:
-    return messages[-fresh:] if fresh > 0 else []
 
 
 def _major(trt: Any) -> int:
