@@ -348,3 +348,16 @@ def test_row14_docs_state_the_real_minimum_gpu():
     text = (Path(__file__).resolve().parents[2] / "docs" / "tensorrt.md").read_text()
     floor = ".".join(map(str, MIN_COMPUTE_CAPABILITY))
     assert "Volta or newer" not in text and f"compute capability {floor} or newer" in text
+
+
+def test_row11_an_engine_built_without_detailed_verbosity_is_named_in_a_warning(fake, tmp_path):
+    from optcli.benchmark.artifacts import ResolvedArtifact
+    from optcli.profiling.tensorrt_profile import profile_engine
+
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
+    plan = json.loads(engine.read_bytes()[len(b"FAKEPLAN"):])
+    plan["verbosity"] = "LAYER_NAMES_ONLY"        # as another tool (or optcli before the fix) built it
+    engine.write_bytes(b"FAKEPLAN" + json.dumps(plan).encode())
+    result = profile_engine(ResolvedArtifact(engine, "engine"), batch=2, runs=2, warmup=0)
+    assert {layer.op_type for layer in result.layers} == {"?"}
+    assert "profiling verbosity LAYER_NAMES_ONLY" in result.warnings[0]
