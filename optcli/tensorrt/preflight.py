@@ -43,6 +43,9 @@ _CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axe
 _POOLS = ("AveragePool", "MaxPool", "LpPool")
 _DATA_DEPENDENT = ("NonZero", "NonMaxSuppression")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops whose first input is a shape, not the "T" the matrix's type column describes (ConstantOfShape's
+# column is the type of its `value`), and NonZero, whose data-dependent finding already covers it.
+_NO_INPUT_TYPE_CHECK = ("ConstantOfShape", "NonZero")
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ def _check_node(index: int, node: Any, g: _Graph) -> list[Finding]:
         found.extend(_check_dequantize(index, node, g))
     elif node.op_type == "QuantizeLinear":
         found.extend(_check_quantize(index, node, g))
-    else:
+    elif node.op_type not in _NO_INPUT_TYPE_CHECK:
         found.extend(_check_input_type(index, node, g, entry[1]))
     if node.op_type in _CONSTANT_INPUTS:
         at, what = _CONSTANT_INPUTS[node.op_type]

@@ -62,6 +62,13 @@ def test_input_types_outside_the_ops_supported_types():
     assert "INT64; TensorRT's MatMul takes FP32, FP16, BF16" in found[0].reason
 
 
+def test_shape_inputs_are_not_held_to_the_type_column():
+    # ConstantOfShape's column (FP32) is its value's type; its input is an INT64 shape.
+    m = model([helper.make_node("Shape", ["x"], ["s"], name="shape"),
+               helper.make_node("ConstantOfShape", ["s"], ["y"], name="zeros")], [vi("x")], [vi("y")])
+    assert check_model(m) == []
+
+
 def test_a_type_tensorrt_does_not_have():
     m = model([helper.make_node("Identity", ["x"], ["y"], name="id")], [vi("x", TensorProto.UINT32)],
               [vi("y", TensorProto.UINT32)])
