@@ -20,6 +20,7 @@ COMMANDS = {
     "bench": "optcli.cli.bench_cmd:bench_cmd",
     "profile": "optcli.cli.profile_cmd:profile_cmd",
     "compare": "optcli.cli.compare_cmd:compare_cmd",
+    "check": "optcli.cli.check_cmd:check_cmd",
 }
 
 

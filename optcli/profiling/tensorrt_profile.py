@@ -22,18 +22,30 @@ from optcli.profiling.result import LayerTime, ProfileResult, finish
 
 
 def _layer_types(trt: Any, engine: Any) -> dict[str, str]:
-    """{layer name: layer type} from the engine inspector (empty when the engine was built without
-    detailed profiling verbosity)."""
+    """{layer name: layer type} from the engine inspector (pyCore.cpp ICudaEngine.create_engine_inspector,
+    IEngineInspector.get_layer_information(layer_index, format)). Only an engine built with
+    ProfilingVerbosity.DETAILED (optcli sets it) gives an object with "LayerType"; LAYER_NAMES_ONLY
+    gives the bare name as a JSON string, NONE nothing."""
     types: dict[str, str] = {}
     try:
         inspector = engine.create_engine_inspector()
         for i in range(engine.num_layers):
-            info = json.loads(inspector.get_layer_information(i, trt.LayerInformationFormat.JSON))
+            text = inspector.get_layer_information(i, trt.LayerInformationFormat.JSON)
+            info = json.loads(text) if text else None
             if isinstance(info, dict) and "Name" in info:
                 types[info["Name"]] = str(info.get("LayerType", "?"))
     except Exception:  # the inspector is best effort: it only names the op types
         return {}
     return types
+
+
+def _verbosity_warning(trt: Any, engine: Any) -> str | None:
+    """Why layer types will be missing, if they will (ICudaEngine.profiling_verbosity)."""
+    verbosity = engine.profiling_verbosity
+    if verbosity == trt.ProfilingVerbosity.DETAILED:
+        return None
+    return (f"the engine was built with profiling verbosity {getattr(verbosity, 'name', verbosity)}, so layer "
+            "types are unknown: rebuild it with optcli (which builds with DETAILED)")
 
 
 def _layer_times_profiler(trt: Any) -> Any:
@@ -55,7 +67,9 @@ def _layer_times_profiler(trt: Any) -> Any:
 def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 100, warmup: int = 10,
                    inputs_dir: Path | None = None, pins: list[str] | None = None) -> ProfileResult:
     """Run the engine `warmup + runs` times with a layer profiler; aggregate the timed runs."""
-    runner = open_artifact(resolved, concurrency=1)   # no CUDA graph: a replayed graph reports no layers
+    # No CUDA graph: a replayed graph reports no layers, and TensorRT cannot capture an enqueue that
+    # has a profiler attached (its enqueue synchronizes to emit the layer times).
+    runner = open_artifact(resolved, concurrency=1, cuda_graph=False)
     try:
         trt = runner.trt
         source = FeedSource.for_runner(runner, inputs_dir, pins)
@@ -69,6 +83,7 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
             profiler.recording = i >= warmup
             runner.run_normalized(feeds)  # returns after the stream synchronized: layer times are in
         types = _layer_types(trt, runner.engine)
+        verbosity_note = _verbosity_warning(trt, runner.engine)
         settings = {**runner.settings, "batch": batch, "warmup": warmup, "inputs": source.description}
     finally:
         runner.close()
@@ -78,7 +93,7 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
         nodes = [] if note or name.isdigit() else [p.strip() for p in name.split(" + ")]
         layers.append(LayerTime(name, types.get(name, "?"), nodes, sum(t), len(t), median_ms=statistics.median(t),
                                 provider="tensorrt", note=note))
-    warnings = []
+    warnings = [verbosity_note] if verbosity_note else []
     if layers and all(x.name.isdigit() for x in layers):
         warnings.append("layer names are indices: rebuild the engine with detailed profiling verbosity "
                         "to see the ONNX node names")

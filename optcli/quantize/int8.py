@@ -48,7 +48,8 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
                     calibrate_method={"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                                       "percentile": q.CalibrationMethod.Percentile}[method],
                     calibration_cache_path=str(ranges),
-                    extra_options={"ActivationSymmetric": flavour.activation_symmetric, "WeightSymmetric": True})
+                    extra_options={"ActivationSymmetric": flavour.activation_symmetric, "WeightSymmetric": True,
+                                   "QuantizeBias": flavour.quantize_bias})
             else:
                 # quantize_dynamic first rewrites each Gemm as a MatMul named `<name>_MatMul` (+ an Add)
                 # and only then checks nodes_to_exclude: without the renamed twin, excluding a Gemm

@@ -8,7 +8,9 @@ with the STRONGLY_TYPED flag, 11.x always).
 
 The engine comes from the engine cache when a valid entry exists for (ONNX bytes, options,
 profiles, TensorRT version, GPU); a corrupt or mismatching entry is reported in the details and
-rebuilt. Parser failures end the stage with (node, op, message) in its reason.
+rebuilt. Before anything else the TensorRT preflight (optcli.tensorrt.preflight) checks the ONNX
+against TensorRT's documented parser support; parser failures end the stage with (node, op,
+message) in its reason.
 
 Test seam: `ctx.facts["tensorrt_module"]` and `ctx.facts["tensorrt_machine"]` replace the real
 `tensorrt` module and the probed machine (contract tests pass a test double of the API slice).
@@ -27,6 +29,7 @@ from optcli.stages.base import Stage, StageResult, register
 from optcli.tensorrt.builder import Machine, obtain_engine
 from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.tensorrt.options import TensorRTConfig, tensorrt_config
+from optcli.tensorrt.preflight import require_clean
 from optcli.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 
 
@@ -67,7 +70,7 @@ class BuildTensorRTStage(Stage):
         from optcli.tensorrt.probe import tensorrt_status
 
         status = tensorrt_status()
-        return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability)
+        return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.torch_cuda)
 
     def profiles(self, artifact: Artifact) -> list[InputProfile]:
         cfg, bench, acc = self.options(), self.ctx.config.bench, self.ctx.config.accuracy
@@ -87,6 +90,8 @@ class BuildTensorRTStage(Stage):
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        # What TensorRT's parser would refuse, said by node before any GPU time is spent.
+        require_clean(artifact.path, "the ONNX for TensorRT")
         trt = self._trt()
         machine = self.machine()
         profiles = self.profiles(artifact)

@@ -23,6 +23,7 @@ from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes, qu
 from optcli.quantize.sensitivity import node_damage
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.tensorrt.preflight import require_clean
 
 MAX_FALLBACK_ROUNDS = 8
 MAX_EVAL_SAMPLES = 512
@@ -193,6 +194,8 @@ class QuantizeInt8Stage(Stage):
                                   "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                    "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback, "attempts": attempts,
                    "quantized_nodes": len([c for c in candidates if c not in manual + excluded_auto])}
+        if self.ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
+            require_clean(out, "the INT8 ONNX")
         return StageResult(Artifact(out, "onnx", precision="int8", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": f"int8-{flavour.name}"}), details, accuracy=final_acc)
 

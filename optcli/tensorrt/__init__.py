@@ -7,5 +7,7 @@ can abort the whole process instead of raising.
 
 Modules: options (TensorRTConfig, the `[tensorrt]` config section), probe (GPU + TensorRT
 detection), profiles (optimization profiles from input specs), metadata (model.engine.json),
-engine_cache (the on-disk engine cache), builder (ONNX -> serialized engine, timing cache).
+engine_cache (the on-disk engine cache), builder (ONNX -> serialized engine, timing cache),
+onnx_support (TensorRT's ONNX parser support matrix, as data) and preflight (the checks
+`optcli check --target tensorrt` and the stages run on any machine).
 """

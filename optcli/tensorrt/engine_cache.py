@@ -1,7 +1,7 @@
 """The engine cache: built engines kept across runs and output folders, keyed by what made them.
 
 Key = sha256 of (the ONNX bytes and its external data, the build options, the profiles, the
-TensorRT version, the GPU name and compute capability). Layout under the cache root:
+TensorRT version, the GPU name and compute capability, the CUDA major). Layout under the cache root:
 
     <root>/<key[:2]>/<key>/model.engine        the serialized engine
     <root>/<key[:2]>/<key>/model.engine.json   its metadata (optcli.tensorrt.metadata)
@@ -23,7 +23,7 @@ from typing import Any
 from optcli.atomic_write import atomic_dir
 from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE, EngineMetadata, read_metadata
 
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: the CUDA major joined the key
 
 
 def onnx_digest(path: Path) -> str:
@@ -46,12 +46,18 @@ def onnx_digest(path: Path) -> str:
 
 
 def cache_key(onnx_sha256: str, options: dict[str, Any], profiles: list[dict[str, Any]],
-              tensorrt_version: str, gpu: str | None, compute_capability: str | None) -> str:
-    """The engine cache key: changes whenever anything that changes the engine changes."""
+              tensorrt_version: str, gpu: str | None, compute_capability: str | None, cuda: str | None = None) -> str:
+    """The engine cache key: changes whenever anything that changes the engine changes. The CUDA
+    major counts: the same TensorRT version ships cu12 and cu13 builds whose engines differ."""
     blob = json.dumps({"key_version": KEY_VERSION, "onnx": onnx_sha256, "options": options, "profiles": profiles,
-                       "tensorrt": tensorrt_version, "gpu": gpu, "compute_capability": compute_capability},
+                       "tensorrt": tensorrt_version, "gpu": gpu, "compute_capability": compute_capability,
+                       "cuda_major": cuda_major(cuda)},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def cuda_major(cuda: str | None) -> str | None:
+    return str(cuda).split(".")[0] if cuda else None
 
 
 @dataclass
@@ -81,18 +87,18 @@ class EngineCache:
         return self.root / key[:2] / key
 
     def lookup(self, key: str, *, tensorrt_version: str | None, gpu: str | None, compute_capability: str | None,
-               validate: Validator | None = None) -> Lookup:
+               validate: Validator | None = None, cuda: str | None = None) -> Lookup:
         """Find a trustworthy engine for `key`; a bad entry is removed and reported, never returned."""
         folder = self.entry(key)
         if not folder.exists():
             return Lookup("miss")
-        result = self._check(folder, key, tensorrt_version, gpu, compute_capability, validate)
+        result = self._check(folder, key, tensorrt_version, gpu, compute_capability, validate, cuda)
         if result.status != "hit":
             self.evict(key)
         return result
 
     def _check(self, folder: Path, key: str, tensorrt_version: str | None, gpu: str | None,
-               compute_capability: str | None, validate: Validator | None) -> Lookup:
+               compute_capability: str | None, validate: Validator | None, cuda: str | None = None) -> Lookup:
         engine_path, meta_path = folder / ENGINE_FILE, folder / METADATA_FILE
         absent = [p.name for p in (engine_path, meta_path) if not p.is_file()]
         if absent:
@@ -102,7 +108,7 @@ class EngineCache:
         except ValueError as exc:
             return Lookup("corrupt", str(exc))
         problem = meta.mismatch(tensorrt_version=tensorrt_version, gpu=gpu, compute_capability=compute_capability,
-                                cache_key=key)
+                                cache_key=key, cuda=cuda)
         if problem:
             return Lookup("mismatch", problem)
         data = engine_path.read_bytes()

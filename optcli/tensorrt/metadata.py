@@ -20,9 +20,11 @@ SCHEMA_VERSION = 1
 ENGINE_FILE = "model.engine"
 METADATA_FILE = "model.engine.json"
 
-# TensorRT DataType member names (tensorrt.DataType.FLOAT ...) -> numpy-style names used by optcli.
+# TensorRT DataType member names (pyFoundationalTypes.cpp DataType) -> the torch dtype names optcli
+# uses (FP8 is E4M3: torch.float8_e4m3fn). INT4/FP4/E8M0 have no torch dtype; the runner refuses them.
 _DTYPES = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
-           "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8", "INT4": "int4", "FP4": "float4"}
+           "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8_e4m3fn", "INT4": "int4",
+           "FP4": "float4_e2m1", "E8M0": "float8_e8m0fnu"}
 
 
 def dtype_name(trt_dtype: Any) -> str:
@@ -54,6 +56,22 @@ def engine_io(trt: Any, engine: Any) -> tuple[list[dict[str, Any]], list[dict[st
     return inputs, outputs
 
 
+def network_io(network: Any, profiles: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The same entries as engine_io, read from the parsed network before the build (pyGraph.cpp
+    INetworkDefinition.num_inputs/get_input/num_outputs/get_output; ITensor.name/shape/dtype):
+    a strongly typed engine keeps the network's I/O names, types and shapes."""
+    ranges = {p.name: [list(p.min), list(p.opt), list(p.max)] for p in profiles if p.dynamic}
+
+    def entry(tensor: Any) -> dict[str, Any]:
+        return {"name": tensor.name, "dtype": dtype_name(tensor.dtype), "shape": [int(d) for d in tensor.shape]}
+
+    inputs = [entry(network.get_input(i)) for i in range(network.num_inputs)]
+    for e in inputs:
+        if -1 in e["shape"] and e["name"] in ranges:
+            e["profile"] = ranges[e["name"]]
+    return inputs, [entry(network.get_output(i)) for i in range(network.num_outputs)]
+
+
 @dataclass
 class EngineMetadata:
     """Everything written to model.engine.json."""
@@ -73,6 +91,7 @@ class EngineMetadata:
     strongly_typed: bool = True
     built_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     optcli_version: str = ""
+    cuda: str | None = None
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
 
@@ -92,18 +111,52 @@ class EngineMetadata:
         write_text_atomic(path, json.dumps(self.to_json(), indent=2) + "\n")
 
     def mismatch(self, *, tensorrt_version: str | None, gpu: str | None, compute_capability: str | None,
-                 cache_key: str | None = None) -> str | None:
+                 cache_key: str | None = None, cuda: str | None = None) -> str | None:
         """Why this engine does not fit the machine (or the expected cache key), or None when it does."""
         if cache_key is not None and self.cache_key != cache_key:
             return f"its cache key {self.cache_key[:12]} is not the expected {cache_key[:12]}"
-        if tensorrt_version is not None and self.tensorrt_version != tensorrt_version:
-            if not self.options.get("version_compat"):
-                return f"built with TensorRT {self.tensorrt_version}, this machine has {tensorrt_version}"
-        hw = self.options.get("hardware_compat", "none")
-        if compute_capability is not None and self.compute_capability != compute_capability and hw == "none":
-            return (f"built for compute capability {self.compute_capability} ({self.gpu}), this GPU is "
-                    f"{compute_capability} ({gpu})")
+        problem = _version_problem(self.tensorrt_version, tensorrt_version, bool(self.options.get("version_compat")))
+        if problem:
+            return problem
+        if cuda and self.cuda and cuda.split(".")[0] != self.cuda.split(".")[0]:
+            return f"built with CUDA {self.cuda}, this machine has CUDA {cuda}"
+        return _hardware_problem(self, gpu, compute_capability)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def _version_problem(built: str, here: str | None, compatible: bool) -> str | None:
+    """Plain engines need the exact TensorRT version; version-compatible ones run on the same or a
+    LATER version of the same major (TensorRT developer guide, "Version Compatibility"), never an older one."""
+    if here is None or built == here:
         return None
+    if not compatible:
+        return f"built with TensorRT {built}, this machine has {here}"
+    b, h = _version_tuple(built), _version_tuple(here)
+    if b[:1] != h[:1] or h < b:
+        return (f"built version-compatible with TensorRT {built}, which runs on later {b[0]}.x versions only; "
+                f"this machine has {here}")
+    return None
+
+
+def _hardware_problem(meta: EngineMetadata, gpu: str | None, cc: str | None) -> str | None:
+    """none: the GPU model it was built on (the same compute capability is not enough: that is what
+    SAME_COMPUTE_CAPABILITY is for); same-cc: the same compute capability; ampere+: compute >= 8.0
+    (pyCore.cpp HardwareCompatibilityLevel; developer guide, "Hardware Compatibility")."""
+    hw = meta.options.get("hardware_compat", "none")
+    if cc is None:
+        return None
+    built = f"compute capability {meta.compute_capability} ({meta.gpu})"
+    if hw == "ampere+":
+        return None if _version_tuple(cc) >= (8, 0) else f"built for Ampere or newer, this GPU is compute {cc} ({gpu})"
+    if meta.compute_capability != cc:
+        return f"built for {built}, this GPU is {cc} ({gpu})"
+    if hw == "none" and meta.gpu and gpu and meta.gpu != gpu:
+        return (f"built for {meta.gpu}, this GPU is {gpu}: an engine is tied to its GPU model unless built "
+                "with --hardware-compat same-cc or ampere+")
+    return None
 
 
 def read_metadata(path: Path) -> EngineMetadata:

@@ -58,6 +58,19 @@ class TensorRTUnavailableError(MissingDependencyError):
         self.status = status
 
 
+# TensorRT 10's support matrix starts at compute capability 7.5 (Turing): Volta (7.0) was dropped.
+MIN_COMPUTE_CAPABILITY = (7, 5)
+
+
+def _below_minimum(cc: str, tensorrt_version: str) -> bool:
+    try:
+        have = tuple(int(p) for p in cc.split(".")[:2])
+        major = int(tensorrt_version.split(".")[0])
+    except ValueError:
+        return False
+    return major >= 10 and have < MIN_COMPUTE_CAPABILITY
+
+
 def _interpret(facts: dict[str, Any]) -> TensorRTStatus:
     """Turn the child's facts into a status with the missing pieces named."""
     missing: list[str] = []
@@ -75,6 +88,10 @@ def _interpret(facts: dict[str, Any]) -> TensorRTStatus:
             missing.append(f"torch is not importable ({facts['torch_error']})")
         else:
             missing.append("torch cannot use the GPU (driver or CUDA runtime problem)")
+    cc = facts.get("compute_capability")
+    if cc and facts.get("tensorrt") and _below_minimum(cc, str(facts["tensorrt"])):
+        missing.append(f"{gpu} is compute capability {cc}; TensorRT {facts['tensorrt']} needs "
+                       f"{'.'.join(map(str, MIN_COMPUTE_CAPABILITY))} or newer (Turing and later)")
     if facts.get("tensorrt") and facts.get("cuda_device") and not facts.get("builder"):
         missing.append(f"TensorRT cannot create a builder on this GPU ({facts.get('builder_error', 'no reason given')})")
     return TensorRTStatus(usable=not missing, missing=tuple(missing), gpu=gpu,

@@ -20,6 +20,25 @@ modelled the way the documentation describes it:
   addresses set with set_tensor_address and writes the outputs there (computed with onnxruntime
   from the engine's ONNX: host pointers stand in for device pointers). While `trt.capturing` is a
   list (a fake CUDA graph capture), enqueues are recorded into it instead of run.
+
+Refused the way TensorRT refuses them (each a defect a review against the real bindings found):
+- DequantizeLinear of an INT32 input (onnxruntime's quantized bias; onnx-tensorrt operators.md,
+  NVIDIA/TensorRT#4542) and QuantizeLinear to UINT8: parser errors naming the node.
+- Plugin layers (RoiAlign -> ROIAlign_TRT) parse and deserialize only after init_libnvinfer_plugins
+  in this "process" (one make_tensorrt() module is one process): otherwise parse fails and
+  deserialize_cuda_engine returns None, as in a fresh Python process.
+- One global logger per process: the first ILogger a Builder/Runtime gets receives every later
+  message (TensorRT warns that a different logger passed later is ignored).
+- HOST-located tensors (shape tensors: an INT32/INT64 input that is a Reshape/Expand/Tile shape)
+  refuse device pointers, device tensors refuse host pointers: `trt.device_ranges` holds the
+  (start, end) of memory the test's torch.cuda stand-in allocated as "device" memory.
+- A shape-tensor input needs its values in the optimization profile (set_shape_input), else the
+  build fails; the context reads its values from host memory to compute output shapes.
+- An enqueue during a CUDA graph capture fails (False, ERROR logged) while a profiler is attached
+  (enqueue_emits_profile synchronizes, which a capture cannot hold).
+- The engine inspector returns layer types only for engines built with ProfilingVerbosity.DETAILED.
+- ITimingCache entries are a set: combine() merges another cache's entries (refused across GPUs
+  unless ignore_mismatch).
 """
 from __future__ import annotations
 
@@ -32,10 +51,23 @@ import onnx
 
 PLAN_MAGIC = b"FAKEPLAN"
 CACHE_MAGIC = b"FAKETC"
+# Ops the double's parser imports (all listed Y in onnx-tensorrt docs/operators.md); others fail
+# as "No importer registered for op".
 KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", "Softmax", "Flatten",
-             "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose"}
+             "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose", "GlobalAveragePool",
+             "MaxPool", "AveragePool", "RoiAlign", "ReduceMean", "ReduceSum", "ReduceMax", "Shape", "Gather",
+             "Unsqueeze", "Squeeze", "Concat", "Slice", "Constant", "Sub", "Div", "Pow", "Sqrt", "Erf", "Tanh",
+             "LayerNormalization", "Where", "Equal", "Expand", "BatchNormalization", "Neg", "Exp", "Not",
+             "ConstantOfShape", "Range", "Tile", "Clip", "Split", "Pad", "Less", "Greater", "Gelu", "Max", "Min",
+             "GatherND", "GatherElements", "And", "Or", "Xor", "ScatterND", "CumSum", "Trilu", "Mod", "Floor",
+             "Ceil", "Abs", "ArgMax", "TopK", "Einsum", "Sin", "Cos", "Log", "Reciprocal", "ReduceProd", "Sign",
+             "IsNaN", "Round", "CastLike", "LessOrEqual", "GreaterOrEqual", "Softplus", "LeakyRelu", "PRelu",
+             "HardSwish", "HardSigmoid", "InstanceNormalization", "Resize", "ConvTranspose", "Dropout"}
+PLUGIN_OPS = {"RoiAlign": "ROIAlign_TRT"}            # ONNX ops onnx-tensorrt imports as plugin layers
+_SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its shape input
+# BF16 has no numpy dtype: its memory is read and written as uint16 bit patterns.
 _NP = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
-       "BOOL": np.bool_, "UINT8": np.uint8}
+       "BOOL": np.bool_, "UINT8": np.uint8, "BF16": np.uint16}
 _ELEM = {1: "FLOAT", 10: "HALF", 16: "BF16", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8"}
 
 
@@ -95,8 +127,30 @@ class HostMemory(bytes):
         return len(self)
 
 
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (round to nearest even), as TensorRT writes a BF16 output."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _session(path: str) -> Any:
+    """onnxruntime session for the engine's ONNX; BF16 graph outputs get a Cast back to float32
+    (onnxruntime's Python API cannot return bfloat16)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    model = onnx.load(path)
+    for out in model.graph.output:
+        if out.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            model.graph.node.append(helper.make_node("Cast", [out.name], [out.name + "__f32"], to=TensorProto.FLOAT))
+            out.name += "__f32"
+            out.type.tensor_type.elem_type = TensorProto.FLOAT
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -> types.ModuleType:
-    """A fresh `tensorrt` double; `trt.calls` records (what, args) of the calls that matter to tests."""
+    """A fresh `tensorrt` double (one per simulated process); `trt.calls` records (what, args) of the
+    calls that matter to tests."""
     major, minor = (int(p) for p in version.split(".")[:2])
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
@@ -104,6 +158,11 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
     trt.builds = 0          # type: ignore[attr-defined]
     trt.device_cc = compute_capability  # type: ignore[attr-defined]
     trt.capturing = None    # type: ignore[attr-defined]  # a list while a fake CUDA graph captures
+    trt.device_ranges = []  # type: ignore[attr-defined]  # (start, end) of "device" allocations
+    trt.plugins_registered = False  # type: ignore[attr-defined]
+    trt.global_logger = None        # type: ignore[attr-defined]
+    trt.io_format = "LINEAR"        # type: ignore[attr-defined]  # what engines built from now on report
+    sessions: dict[str, Any] = {}
 
     def record(what: str, *args: Any) -> None:
         trt.calls.append((what, args))
@@ -130,13 +189,35 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
     def _check_logger(logger: Any) -> None:
         assert isinstance(logger, ILogger), f"expected a trt.ILogger, got {type(logger).__name__}"
 
+    def _register_logger(logger: Any) -> None:
+        """TensorRT keeps the first logger as the process's global one; a later, different one is ignored."""
+        _check_logger(logger)
+        if trt.global_logger is None:
+            trt.global_logger = logger
+        elif logger is not trt.global_logger:
+            _log(Severity.WARNING, "The logger passed into createInferRuntime differs from one already provided "
+                                   "for an existing builder, runtime, or refitter. Uses of the global logger will "
+                                   "return the existing value.")
+
+    def _log(severity: Any, msg: str) -> None:
+        if trt.global_logger is not None:
+            trt.global_logger.log(severity, msg)
+
     def init_libnvinfer_plugins(logger: Any, namespace: str) -> bool:
         _check_logger(logger)
         assert isinstance(namespace, str)
         record("init_libnvinfer_plugins", namespace)
+        trt.plugins_registered = True
         return True
 
-    flags = {"STRONGLY_TYPED": 0, "PREFER_JIT_PYTHON_PLUGINS": 1, "PREFER_AOT_PYTHON_PLUGINS": 2}
+    # NvInfer.h: 10.x kEXPLICIT_BATCH=0, kSTRONGLY_TYPED=1 (10.9+: Python plugin flags 2, 3);
+    # 11.x kSTRONGLY_TYPED=0, kPREFER_JIT_PYTHON_PLUGINS=1, kPREFER_AOT_PYTHON_PLUGINS=2.
+    if major >= 11:
+        flags = {"STRONGLY_TYPED": 0, "PREFER_JIT_PYTHON_PLUGINS": 1, "PREFER_AOT_PYTHON_PLUGINS": 2}
+    else:
+        flags = {"EXPLICIT_BATCH": 0, "STRONGLY_TYPED": 1}
+        if minor >= 9:
+            flags.update({"PREFER_JIT_PYTHON_PLUGINS": 2, "PREFER_AOT_PYTHON_PLUGINS": 3})
     NetworkDefinitionCreationFlag = Enum("NetworkDefinitionCreationFlag", flags)
     builder_flags = {"DEBUG": 2, "GPU_FALLBACK": 3, "REFIT": 4, "DISABLE_TIMING_CACHE": 5, "TF32": 6,
                      "VERSION_COMPATIBLE": 12, "EXCLUDE_LEAN_RUNTIME": 13}
@@ -150,12 +231,26 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         hw["SAME_COMPUTE_CAPABILITY"] = 2
     HardwareCompatibilityLevel = Enum("HardwareCompatibilityLevel", hw)
     TensorIOMode = Enum("TensorIOMode", {"NONE": 0, "INPUT": 1, "OUTPUT": 2})
-    DataType = Enum("DataType", {"FLOAT": 0, "HALF": 1, "INT8": 2, "INT32": 3, "BOOL": 4, "UINT8": 5,
-                                 "FP8": 6, "BF16": 7, "INT64": 8})
+    dtypes = {"FLOAT": 0, "HALF": 1, "INT8": 2, "INT32": 3, "BOOL": 4, "UINT8": 5, "FP8": 6, "BF16": 7, "INT64": 8,
+              "INT4": 9}
+    if (major, minor) >= (10, 8):
+        dtypes["FP4"] = 10
+    if major >= 11:
+        dtypes["E8M0"] = 11
+    DataType = Enum("DataType", dtypes)
+    TensorLocation = Enum("TensorLocation", {"DEVICE": 0, "HOST": 1})
+    TensorFormat = Enum("TensorFormat", {"LINEAR": 0, "CHW2": 1, "HWC8": 2, "CHW4": 3, "CHW16": 4, "CHW32": 5,
+                                         "DHWC8": 6, "CDHW32": 7, "HWC": 8, "DLA_LINEAR": 9, "DLA_HWC4": 10,
+                                         "HWC16": 11, "DHWC": 12})
+    ProfilingVerbosity = Enum("ProfilingVerbosity", {"LAYER_NAMES_ONLY": 0, "NONE": 1, "DETAILED": 2})
+    LayerInformationFormat = Enum("LayerInformationFormat", {"ONELINE": 0, "JSON": 1})
+
+    def _is_device(ptr: int) -> bool:
+        return any(lo <= ptr < hi for lo, hi in trt.device_ranges)
 
     class ITensor(Strict):
-        def __init__(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
-            self._name, self._shape, self._dtype = name, shape, dtype
+        def __init__(self, name: str, shape: tuple[int, ...], dtype: str, shape_tensor: bool = False) -> None:
+            self._name, self._shape, self._dtype, self._shape_tensor = name, shape, dtype, shape_tensor
 
         @property
         def name(self) -> str:
@@ -165,21 +260,38 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         def shape(self) -> tuple[int, ...]:
             return self._shape
 
+        @property
+        def dtype(self) -> Any:
+            return getattr(DataType, self._dtype)
+
+        @property
+        def is_shape_tensor(self) -> bool:
+            return self._shape_tensor
+
     class INetworkDefinition(Strict):
         def __init__(self, strongly_typed: bool) -> None:
             self._strongly_typed = strongly_typed
             self._inputs: list[ITensor] = []
             self._outputs: list[ITensor] = []
-            self._nodes = 0
+            self._nodes: list[str] = []
+            self._plugins: list[str] = []
             self._path = ""
 
         @property
         def num_inputs(self) -> int:
             return len(self._inputs)
 
+        @property
+        def num_outputs(self) -> int:
+            return len(self._outputs)
+
         def get_input(self, index: int) -> ITensor:
             assert isinstance(index, int) and 0 <= index < len(self._inputs), f"bad input index {index}"
             return self._inputs[index]
+
+        def get_output(self, index: int) -> ITensor:
+            assert isinstance(index, int) and 0 <= index < len(self._outputs), f"bad output index {index}"
+            return self._outputs[index]
 
     class ParserError(Strict):
         def __init__(self, node: int, name: str, op: str, desc: str) -> None:
@@ -215,25 +327,48 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             assert isinstance(model, str), "parse_from_file takes the path as a str"
             record("parse_from_file", model)
             m = onnx.load(model)
-            inits = {i.name for i in m.graph.initializer}
+            inferred = onnx.shape_inference.infer_shapes(m)
+            inits = {i.name: i.data_type for i in m.graph.initializer}
+            types_ = dict(inits)
+            for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+                types_.setdefault(vi.name, vi.type.tensor_type.elem_type)
+            shape_inputs = {n.input[_SHAPE_CONSUMERS[n.op_type]] for n in m.graph.node
+                            if n.op_type in _SHAPE_CONSUMERS and len(n.input) > _SHAPE_CONSUMERS[n.op_type]}
 
             def tensor(vi: Any) -> ITensor:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
-                return ITensor(vi.name, dims, _ELEM.get(vi.type.tensor_type.elem_type, "FLOAT"))
+                return ITensor(vi.name, dims, _ELEM.get(vi.type.tensor_type.elem_type, "FLOAT"),
+                               shape_tensor=vi.name in shape_inputs)
 
             for i, node in enumerate(m.graph.node):
+                error = None
                 if node.domain not in ("", "ai.onnx") or node.op_type not in KNOWN_OPS:
-                    self._errors.append(ParserError(i, node.name, node.op_type,
-                                                    f"No importer registered for op: {node.op_type}"))
+                    error = f"No importer registered for op: {node.op_type}"
+                elif node.op_type == "DequantizeLinear" and types_.get(node.input[0]) not in (3, 17, 22):
+                    error = ("Assertion failed: DequantizeLinear: the quantized datatype is "
+                             f"{_ELEM.get(types_.get(node.input[0]), types_.get(node.input[0]))}, which TensorRT "
+                             "does not support (INT8, FP8 or INT4 only)")
+                elif node.op_type == "QuantizeLinear" and len(node.input) > 2 and types_.get(node.input[2]) == 2:
+                    error = "Assertion failed: QuantizeLinear: UINT8 quantization is not supported"
+                elif node.op_type in PLUGIN_OPS and not trt.plugins_registered:
+                    error = (f"Plugin not found, are the plugin name, version, and namespace correct?: "
+                             f"{PLUGIN_OPS[node.op_type]}")
+                if error:
+                    self._errors.append(ParserError(i, node.name, node.op_type, error))
+                    _log(Severity.ERROR, error)
             self._network._inputs = [tensor(v) for v in m.graph.input if v.name not in inits]
             self._network._outputs = [tensor(v) for v in m.graph.output]
-            self._network._nodes = len(m.graph.node)
+            self._network._nodes = [f"{n.op_type}:{n.name or i}" for i, n in enumerate(m.graph.node)]
+            self._network._plugins = sorted({PLUGIN_OPS[n.op_type] for n in m.graph.node if n.op_type in PLUGIN_OPS})
+            self._network._layer_names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(m.graph.node)]
+            self._network._layer_types = [n.op_type for n in m.graph.node]
             self._network._path = model
             return not self._errors
 
     class IOptimizationProfile(Strict):
         def __init__(self) -> None:
             self._shapes: dict[str, tuple] = {}
+            self._values: dict[str, tuple] = {}
 
         def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
             for shape in (min, opt, max):
@@ -244,15 +379,31 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             record("set_shape", input, tuple(min), tuple(opt), tuple(max))
             self._shapes[input] = (tuple(min), tuple(opt), tuple(max))
 
+        def set_shape_input(self, input: str, min: Any, opt: Any, max: Any) -> None:
+            for values in (min, opt, max):
+                assert isinstance(values, (tuple, list)) and all(isinstance(d, int) for d in values), \
+                    f"set_shape_input takes int sequences (the tensor's values), got {values!r}"
+            assert len(min) == len(opt) == len(max) and all(a <= b <= c for a, b, c in zip(min, opt, max))
+            record("set_shape_input", input, tuple(min), tuple(opt), tuple(max))
+            self._values[input] = (tuple(min), tuple(opt), tuple(max))
+
     class ITimingCache(Strict):
-        def __init__(self, entries: int, cc: str) -> None:
-            self._entries, self._cc = entries, cc
+        def __init__(self, entries: set[str], cc: str) -> None:
+            self._entries, self._cc = set(entries), cc
 
         def serialize(self) -> HostMemory:
-            return HostMemory(CACHE_MAGIC + json.dumps({"entries": self._entries, "cc": self._cc}).encode())
+            return HostMemory(CACHE_MAGIC + json.dumps({"entries": sorted(self._entries), "cc": self._cc}).encode())
+
+        def combine(self, input_cache: Any, ignore_mismatch: bool) -> bool:
+            assert isinstance(input_cache, ITimingCache) and isinstance(ignore_mismatch, bool)
+            record("combine", len(input_cache._entries), ignore_mismatch)
+            if input_cache._cc != self._cc and not ignore_mismatch:
+                return False
+            self._entries |= input_cache._entries
+            return True
 
     class IBuilderConfig(Strict):
-        _settable = ("builder_optimization_level", "hardware_compatibility_level")
+        _settable = ("builder_optimization_level", "hardware_compatibility_level", "profiling_verbosity")
 
         def __init__(self) -> None:
             self._profiles: list[IOptimizationProfile] = []
@@ -261,6 +412,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             self._timing: ITimingCache | None = None
             self._opt_level = 3
             self._hw = HardwareCompatibilityLevel.NONE
+            self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
 
         @property
         def builder_optimization_level(self) -> int:
@@ -282,6 +434,16 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             record("hardware_compatibility_level", value.name)
             self._hw = value
 
+        @property
+        def profiling_verbosity(self) -> Any:
+            return self._verbosity
+
+        @profiling_verbosity.setter
+        def profiling_verbosity(self, value: Any) -> None:
+            assert value in ProfilingVerbosity, f"not a ProfilingVerbosity: {value!r}"
+            record("profiling_verbosity", value.name)
+            self._verbosity = value
+
         def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None:
             assert pool in MemoryPoolType, f"not a MemoryPoolType: {pool!r}"
             assert isinstance(pool_size, int) and pool_size > 0
@@ -296,7 +458,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         def add_optimization_profile(self, profile: Any) -> int:
             assert isinstance(profile, IOptimizationProfile)
             record("add_optimization_profile", dict(profile._shapes))
-            if not profile._shapes:
+            if not profile._shapes and not profile._values:
                 return -1
             self._profiles.append(profile)
             return len(self._profiles) - 1
@@ -305,15 +467,15 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             blob = bytes(serialized_timing_cache)
             record("create_timing_cache", len(blob))
             if not blob:
-                return ITimingCache(0, trt.device_cc)
+                return ITimingCache(set(), trt.device_cc)
             if not blob.startswith(CACHE_MAGIC):
                 return None
             data = json.loads(blob[len(CACHE_MAGIC):])
-            return ITimingCache(int(data["entries"]), str(data["cc"]))
+            return ITimingCache(set(data["entries"]), str(data["cc"]))
 
         def set_timing_cache(self, cache: Any, ignore_mismatch: bool) -> bool:
             assert isinstance(cache, ITimingCache) and isinstance(ignore_mismatch, bool)
-            record("set_timing_cache", cache._entries, ignore_mismatch)
+            record("set_timing_cache", len(cache._entries), ignore_mismatch)
             if cache._cc != trt.device_cc and not ignore_mismatch:
                 return False
             self._timing = cache
@@ -324,7 +486,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
 
     class Builder(Strict):
         def __init__(self, logger: Any) -> None:
-            _check_logger(logger)
+            _register_logger(logger)
             self._logger = logger
 
         def create_network(self, flags: int = 0) -> INetworkDefinition:
@@ -343,133 +505,225 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             assert isinstance(network, INetworkDefinition) and isinstance(config, IBuilderConfig)
             record("build_serialized_network")
             if network._strongly_typed and {"FP16", "INT8", "BF16"} & config._flags:
-                self._logger.log(Logger.ERROR, "precision flags are not allowed on a strongly typed network")
+                _log(Logger.ERROR, "precision flags are not allowed on a strongly typed network")
                 return None
             profile = config._profiles[0]._shapes if config._profiles else {}
+            values = config._profiles[0]._values if config._profiles else {}
             for t in network._inputs:
+                if t._shape_tensor:
+                    if t.name not in values:
+                        _log(Logger.ERROR, f"{t.name}: shape input values are not set in the optimization profile")
+                        return None
+                    continue
                 if -1 in t.shape and t.name not in profile:
-                    self._logger.log(Logger.ERROR, f"Network has dynamic input {t.name} but no optimization profile")
+                    _log(Logger.ERROR, f"Network has dynamic input {t.name} but no optimization profile")
                     return None
                 if t.name in profile:
                     for shape in profile[t.name]:
                         if len(shape) != len(t.shape) or any(d != -1 and d != s for d, s in zip(t.shape, shape)):
-                            self._logger.log(Logger.ERROR, f"profile for {t.name} contradicts its static dims")
+                            _log(Logger.ERROR, f"profile for {t.name} contradicts its static dims")
                             return None
             trt.builds += 1
             if config._timing is not None:
-                config._timing._entries += network._nodes
-            self._logger.log(Logger.WARNING, "fake builder: nothing was optimized")
+                config._timing._entries |= set(network._nodes)
+            _log(Logger.WARNING, "fake builder: nothing was optimized")
+            io = [(t, "INPUT") for t in network._inputs] + [(t, "OUTPUT") for t in network._outputs]
             plan = {"version": version, "cc": trt.device_cc, "strongly_typed": network._strongly_typed,
                     "version_compatible": "VERSION_COMPATIBLE" in config._flags,
-                    "inputs": [[t.name, list(t.shape), t._dtype] for t in network._inputs],
-                    "outputs": [[t.name, list(t.shape), t._dtype] for t in network._outputs],
-                    "profile": {k: [list(s) for s in v] for k, v in profile.items()}, "onnx": network._path}
+                    "io": [[t.name, list(t.shape), t._dtype, mode, "HOST" if t._shape_tensor else "DEVICE",
+                            trt.io_format] for t, mode in io],
+                    "profile": {k: [list(s) for s in v] for k, v in profile.items()},
+                    "values": {k: [list(s) for s in v] for k, v in values.items()},
+                    "plugins": network._plugins, "verbosity": config._verbosity.name,
+                    "layers": network._layer_names, "layer_types": network._layer_types, "onnx": network._path}
             return HostMemory(PLAN_MAGIC + json.dumps(plan).encode())
 
+    class IProfiler:
+        def __init__(self) -> None:
+            pass
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            raise NotImplementedError
 
     class IExecutionContext(Strict):
         """Runs the engine's ONNX with onnxruntime on the memory at the tensor addresses (the double's
         stand-in for GPU execution: host pointers instead of device pointers)."""
 
+        _settable = ("profiler",)
+
         def __init__(self, engine: Any) -> None:
             self._engine = engine
-            self._shapes = {n: tuple(s) for n, s, _, mode in engine._io if mode == TensorIOMode.INPUT}
+            self._shapes = {e.name: tuple(e.shape) for e in engine._io if e.mode == "INPUT"}
             self._addresses: dict[str, int] = {}
+            self._profiler: Any = None
+
+        @property
+        def profiler(self) -> Any:
+            return self._profiler
+
+        @profiler.setter
+        def profiler(self, value: Any) -> None:
+            assert value is None or isinstance(value, IProfiler), "profiler must be a trt.IProfiler"
+            self._profiler = value
 
         def set_input_shape(self, name: str, shape: Any) -> bool:
             shape = tuple(shape)
             assert all(isinstance(d, int) for d in shape), f"set_input_shape takes ints, got {shape!r}"
             entry = self._engine._find(name)
-            assert entry[3] == TensorIOMode.INPUT, f"{name!r} is not an input"
+            assert entry.mode == "INPUT", f"{name!r} is not an input"
             profile = self._engine._plan["profile"].get(name)
-            if profile is None or len(shape) != len(entry[1]) or not all(
+            if profile is None or len(shape) != len(entry.shape) or not all(
                     lo <= d <= hi for lo, d, hi in zip(profile[0], shape, profile[2])):
                 return False
             record("set_input_shape", name, shape)
             self._shapes[name] = shape
             return True
 
-        def _output_shapes(self) -> dict[str, tuple]:
-            import onnxruntime as ort
+        def _feeds(self, zeros: bool) -> dict[str, np.ndarray]:
+            feeds = {}
+            for e in self._engine._io:
+                if e.mode != "INPUT":
+                    continue
+                if e.location == "HOST" or not zeros:  # shape tensors: TensorRT reads their values on the host
+                    assert e.name in self._addresses, f"no address set for {e.name!r}"
+                    feeds[e.name] = self._view(e.name, self._shapes[e.name], e.dtype).copy()
+                else:
+                    feeds[e.name] = np.zeros(self._shapes[e.name], _NP[e.dtype])
+            return feeds
 
+        def _output_shapes(self) -> dict[str, tuple]:
             if any(-1 in s for s in self._shapes.values()):
-                return {n: tuple(s) for n, s, _, mode in self._engine._io if mode == TensorIOMode.OUTPUT}
-            sess = ort.InferenceSession(self._engine._plan["onnx"], providers=["CPUExecutionProvider"])
-            feeds = {n: np.zeros(s, _NP[d]) for n, s, d, mode in self._engine._io if mode == TensorIOMode.INPUT
-                     for s in [self._shapes[n]]}
-            return {o.name: tuple(v.shape) for o, v in zip(sess.get_outputs(), sess.run(None, feeds))}
+                return {e.name: tuple(e.shape) for e in self._engine._io if e.mode == "OUTPUT"}
+            sess = self._engine._session()
+            outs = sess.run(None, self._feeds(zeros=True))
+            return {e.name: tuple(v.shape) for e, v in zip([e for e in self._engine._io if e.mode == "OUTPUT"], outs)}
 
         def get_tensor_shape(self, name: str) -> tuple[int, ...]:
             entry = self._engine._find(name)
-            if entry[3] == TensorIOMode.INPUT:
+            if entry.mode == "INPUT":
                 return self._shapes[name]
             return self._output_shapes()[name]
 
         def set_tensor_address(self, name: str, memory: int) -> bool:
             assert isinstance(memory, int) and memory > 0, f"set_tensor_address takes an int pointer, got {memory!r}"
-            self._engine._find(name)
+            entry = self._engine._find(name)
+            if entry.location == "HOST" and _is_device(memory):
+                _log(Logger.ERROR, f"{name}: a HOST tensor (shape tensor) was given a device address")
+                return False
+            if entry.location == "DEVICE" and not _is_device(memory):
+                _log(Logger.ERROR, f"{name}: a DEVICE tensor was given a host address")
+                return False
             self._addresses[name] = memory
             return True
 
         def execute_async_v3(self, stream_handle: int) -> bool:
             assert isinstance(stream_handle, int), "execute_async_v3 takes the stream handle as an int"
-            missing = [n for n, *_ in self._engine._io if n not in self._addresses]
+            missing = [e.name for e in self._engine._io if e.name not in self._addresses]
             assert not missing, f"no address set for {missing}"
             if trt.capturing is not None:  # inside a (fake) CUDA graph capture: recorded, not run
+                if self._profiler is not None:
+                    _log(Logger.ERROR, "enqueue with a profiler attached cannot be captured in a CUDA graph "
+                                       "(enqueue_emits_profile synchronizes the stream)")
+                    return False
                 trt.capturing.append(lambda: self._compute())
                 return True
             record("execute_async_v3", stream_handle)
             self._compute()
+            if self._profiler is not None:
+                for layer in self._engine._plan["layers"]:
+                    self._profiler.report_layer_time(layer, 0.01)
             return True
 
-        def _compute(self) -> None:
+        def _view(self, name: str, shape: tuple, dtype: str) -> np.ndarray:
             import ctypes
 
-            import onnxruntime as ort
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
+            raw = (ctypes.c_char * max(nbytes, 1)).from_address(self._addresses[name])
+            return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
 
-            def view(name: str, shape: tuple, dtype: str) -> np.ndarray:
-                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
-                raw = (ctypes.c_char * max(nbytes, 1)).from_address(self._addresses[name])
-                return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
+        def _compute(self) -> None:
+            sess = self._engine._session()
+            outs = sess.run(None, self._feeds(zeros=False))
+            for e, value in zip([e for e in self._engine._io if e.mode == "OUTPUT"], outs):
+                if e.dtype == "BF16":
+                    value = _bf16_bits(value)
+                np.copyto(self._view(e.name, value.shape, e.dtype), value)
 
-            feeds = {n: view(n, self._shapes[n], d).copy() for n, s, d, mode in self._engine._io
-                     if mode == TensorIOMode.INPUT}
-            sess = ort.InferenceSession(self._engine._plan["onnx"], providers=["CPUExecutionProvider"])
-            outs = sess.run(None, feeds)
-            for o, value in zip(sess.get_outputs(), outs):
-                dtype = self._engine._find(o.name)[2]
-                np.copyto(view(o.name, value.shape, dtype), value)
+    class IEngineInspector(Strict):
+        def __init__(self, engine: Any) -> None:
+            self._engine = engine
+
+        def get_layer_information(self, layer_index: int, format: Any) -> str:
+            assert format in LayerInformationFormat and isinstance(layer_index, int)
+            plan = self._engine._plan
+            name = plan["layers"][layer_index]
+            if plan["verbosity"] == "DETAILED":   # only then does the JSON carry the layer's type
+                return json.dumps({"Name": name, "LayerType": plan["layer_types"][layer_index]})
+            if plan["verbosity"] == "LAYER_NAMES_ONLY":
+                return json.dumps(name)
+            return ""
+
+    class _IO:
+        def __init__(self, name: str, shape: list, dtype: str, mode: str, location: str, fmt: str) -> None:
+            self.name, self.shape, self.dtype, self.mode, self.location, self.format = \
+                name, shape, dtype, mode, location, fmt
 
     class ICudaEngine(Strict):
         def __init__(self, plan: dict) -> None:
             self._plan = plan
-            self._io = [(n, s, d, TensorIOMode.INPUT) for n, s, d in plan["inputs"]] + \
-                       [(n, s, d, TensorIOMode.OUTPUT) for n, s, d in plan["outputs"]]
+            self._io = [_IO(*e) for e in plan["io"]]
 
-        def _find(self, name: str) -> tuple:
+        def _find(self, name: str) -> Any:
             for entry in self._io:
-                if entry[0] == name:
+                if entry.name == name:
                     return entry
             raise AssertionError(f"no I/O tensor named {name!r}")
+
+        def _session(self) -> Any:
+            path = self._plan["onnx"]
+            if path not in sessions:
+                sessions[path] = _session(path)
+            return sessions[path]
 
         @property
         def num_io_tensors(self) -> int:
             return len(self._io)
 
+        @property
+        def num_layers(self) -> int:
+            return len(self._plan["layers"])
+
+        @property
+        def profiling_verbosity(self) -> Any:
+            return getattr(ProfilingVerbosity, self._plan["verbosity"])
+
         def get_tensor_name(self, index: int) -> str:
-            return self._io[index][0]
+            return self._io[index].name
 
         def get_tensor_mode(self, name: str) -> Any:
-            return self._find(name)[3]
+            return getattr(TensorIOMode, self._find(name).mode)
 
         def get_tensor_dtype(self, name: str) -> Any:
-            return getattr(DataType, self._find(name)[2])
+            return getattr(DataType, self._find(name).dtype)
 
         def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-            return tuple(self._find(name)[1])
+            return tuple(self._find(name).shape)
+
+        def get_tensor_location(self, name: str) -> Any:
+            return getattr(TensorLocation, self._find(name).location)
+
+        def is_shape_inference_io(self, name: str) -> bool:
+            entry = self._find(name)
+            return entry.mode == "INPUT" and entry.location == "HOST"
+
+        def get_tensor_format(self, name: str) -> Any:
+            return getattr(TensorFormat, self._find(name).format)
 
         def create_execution_context(self) -> IExecutionContext:
             return IExecutionContext(self)
+
+        def create_engine_inspector(self) -> IEngineInspector:
+            return IEngineInspector(self)
 
         def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple[int, ...]]:
             assert profile_index == 0 and name in self._plan["profile"], f"no profile for {name!r}"
@@ -479,7 +733,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         _settable = ("engine_host_code_allowed",)
 
         def __init__(self, logger: Any) -> None:
-            _check_logger(logger)
+            _register_logger(logger)
             self._logger = logger
             self._host_code = False
 
@@ -499,24 +753,35 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                 assert data.startswith(PLAN_MAGIC)
                 plan = json.loads(data[len(PLAN_MAGIC):])
             except (AssertionError, ValueError):
-                self._logger.log(Logger.ERROR, "Serialization assertion failed: magic tag does not match")
+                _log(Logger.ERROR, "Serialization assertion failed: magic tag does not match")
                 return None
             if plan["version"] != version or plan["cc"] != trt.device_cc:
-                self._logger.log(Logger.ERROR, "engine plan built for another TensorRT version or GPU")
+                _log(Logger.ERROR, "engine plan built for another TensorRT version or GPU")
                 return None
             if plan["version_compatible"] and not self._host_code:
-                self._logger.log(Logger.ERROR, "engine has host code; set engine_host_code_allowed")
+                _log(Logger.ERROR, "engine has host code; set engine_host_code_allowed")
+                return None
+            if plan["plugins"] and not trt.plugins_registered:
+                _log(Logger.ERROR, f"getPluginCreator could not find plugin {plan['plugins'][0]} version 2")
                 return None
             return ICudaEngine(plan)
 
     for name, value in dict(locals()).items():
         if name in ("ILogger", "Logger", "init_libnvinfer_plugins", "NetworkDefinitionCreationFlag", "BuilderFlag",
                     "MemoryPoolType", "HardwareCompatibilityLevel", "TensorIOMode", "DataType", "OnnxParser",
-                    "Builder", "Runtime"):
+                    "Builder", "Runtime", "TensorLocation", "TensorFormat", "ProfilingVerbosity",
+                    "LayerInformationFormat", "IProfiler"):
             setattr(trt, name, value)
 
     def __getattr__(name: str) -> Any:
         raise AttributeError(f"TensorRT contract: tensorrt.{name} is not in the API slice the double models")
 
     trt.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    # For the surface test (tests/contract/tensorrt_api.py): every class and enum the double models.
+    trt._classes = {"ILogger": ILogger, "Logger": Logger, "Builder": Builder,  # type: ignore[attr-defined]
+                    "INetworkDefinition": INetworkDefinition, "ITensor": ITensor, "OnnxParser": OnnxParser,
+                    "ParserError": ParserError, "IOptimizationProfile": IOptimizationProfile,
+                    "IBuilderConfig": IBuilderConfig, "ITimingCache": ITimingCache, "IHostMemory": HostMemory,
+                    "Runtime": Runtime, "ICudaEngine": ICudaEngine, "IExecutionContext": IExecutionContext,
+                    "IEngineInspector": IEngineInspector, "IProfiler": IProfiler}
     return trt

@@ -63,7 +63,7 @@ def test_10x_network_is_created_strongly_typed(tmp_path, cfg):
     trt = make_tensorrt("10.8.0.43")
     model = save_model(tmp_path / "m.onnx")
     obtain_engine(trt, model, profiles_for(model), cfg, MACHINE_10)
-    assert calls(trt, "create_network") == [(1 << 0,)]  # 1 << STRONGLY_TYPED
+    assert calls(trt, "create_network") == [(1 << 1,)]  # 1 << STRONGLY_TYPED (= 1 in 10.x's NvInfer.h)
     assert not [f for (f,) in calls(trt, "set_flag") if f in ("FP16", "INT8", "BF16")]
 
 
@@ -153,7 +153,8 @@ def test_timing_cache_is_created_saved_and_reloaded(tmp_path):
     second = obtain_engine(trt, model, profiles_for(model), cfg, MACHINE_10)
     assert f"(loaded {size} bytes)" in second.timing_cache
     assert calls(trt, "set_timing_cache")[-1] == (2, False)   # the first build's 2 entries, mismatch not ignored
-    assert json.loads(timing.read_bytes()[len(b"FAKETC"):])["entries"] == 4
+    # The same graph adds no new tactics: the merged file holds each entry once.
+    assert json.loads(timing.read_bytes()[len(b"FAKETC"):])["entries"] == ["MatMul:matmul", "Relu:second"]
 
 
 def test_unreadable_timing_cache_starts_fresh(tmp_path):
@@ -324,7 +325,20 @@ def test_stage_reports_parser_failure_as_stage_error(tmp_path):
     stage = _stage(tmp_path, model, trt, MACHINE_11)
     (tmp_path / "w").mkdir()
     with pytest.raises(StageError, match=r"node 1 'second' \(op FancyOp\): No importer registered"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("OPTCLI_TENSORRT_PREFLIGHT", "off")   # the parser itself, not the preflight
+            stage.run(Artifact(model, "onnx"), tmp_path / "w")
+
+
+def test_stage_runs_the_preflight_before_any_tensorrt_call(tmp_path):
+    trt = make_tensorrt("11.1.0.6", compute_capability="9.0")
+    model = save_model(tmp_path / "m.onnx", op="FancyOp", domain="com.example")
+    stage = _stage(tmp_path, model, trt, MACHINE_11)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(StageError, match=r"TensorRT's ONNX parser refuses: node 1 'second' \(FancyOp\): "
+                                         r"custom domain 'com.example'") as info:
         stage.run(Artifact(model, "onnx"), tmp_path / "w")
+    assert "optcli check" in info.value.hint and trt.calls == []
 
 
 def test_stage_refuses_a_batch_range_the_pipeline_cannot_measure(tmp_path):

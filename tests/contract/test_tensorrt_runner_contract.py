@@ -8,15 +8,14 @@ streams, pinned memory or graph capture behave on a GPU (tests/gpu/ does that, o
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
+from fake_cuda import TorchShim
 from fake_tensorrt import make_tensorrt
 from onnx import TensorProto, helper, numpy_helper
 
@@ -32,94 +31,6 @@ from optcli.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.tensorrt.profiles import build_profiles  # noqa: E402
 
 MACHINE = Machine("10.8.0.43", "NVIDIA L4", "8.9")
-
-
-class FakeStream:
-    _next = 1
-
-    def __init__(self, device: Any = None) -> None:
-        self.cuda_stream = FakeStream._next
-        FakeStream._next += 1
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait_stream(self, other: Any) -> None:
-        assert isinstance(other, FakeStream)
-
-
-class FakeEvent:
-    def __init__(self, enable_timing: bool = False) -> None:
-        self.t = 0.0
-
-    def record(self, stream: Any = None) -> None:
-        self.t = time.perf_counter()
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_time(self, end: FakeEvent) -> float:
-        return (end.t - self.t) * 1000
-
-
-class FakeGraph:
-    def __init__(self) -> None:
-        self.calls: list = []
-        self.replays = 0
-
-    def replay(self) -> None:
-        self.replays += 1
-        for call in self.calls:
-            call()
-
-
-class FakeCuda:
-    Stream, Event, CUDAGraph = FakeStream, FakeEvent, FakeGraph
-
-    def __init__(self, trt: Any) -> None:
-        self._trt = trt
-
-    def is_available(self) -> bool:
-        return True
-
-    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
-        major, minor = self._trt.device_cc.split(".")
-        return int(major), int(minor)
-
-    def get_device_name(self, device: Any = None) -> str:
-        return "NVIDIA L4"
-
-    def device(self, device: Any) -> Any:
-        return contextlib.nullcontext()
-
-    def stream(self, stream: Any) -> Any:
-        assert isinstance(stream, FakeStream)
-        return contextlib.nullcontext()
-
-    def current_stream(self, device: Any = None) -> FakeStream:
-        return FakeStream()
-
-    @contextlib.contextmanager
-    def graph(self, graph: FakeGraph, stream: Any = None, capture_error_mode: str = "global") -> Any:
-        assert isinstance(stream, FakeStream) and capture_error_mode in ("global", "thread_local", "relaxed")
-        self._trt.capturing = graph.calls
-        try:
-            yield
-        finally:
-            self._trt.capturing = None
-
-
-class TorchShim:
-    """Real CPU torch, with torch.cuda faked and device/pinned allocations made on the CPU."""
-
-    def __init__(self, trt: Any) -> None:
-        self.cuda = FakeCuda(trt)
-
-    def empty(self, *size: Any, dtype: Any = None, device: Any = None, pin_memory: bool = False) -> Any:
-        return torch.empty(*size, dtype=dtype)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(torch, name)
 
 
 @pytest.fixture

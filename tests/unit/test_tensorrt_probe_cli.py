@@ -180,3 +180,12 @@ def test_tensorrt_modules_import_nothing_heavy():
             "print(heavy); sys.exit(1 if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_interpret_refuses_a_gpu_older_than_tensorrt_10_supports():
+    volta = _interpret({"nvidia_smi_gpu": "Tesla V100", "cuda_device": "Tesla V100", "compute_capability": "7.0",
+                        "tensorrt": "10.8.0.43", "torch": "2.13.0", "torch_cuda": "12.4", "builder": True})
+    assert not volta.usable and "needs 7.5 or newer" in volta.summary()
+    turing = _interpret({"nvidia_smi_gpu": "Tesla T4", "cuda_device": "Tesla T4", "compute_capability": "7.5",
+                         "tensorrt": "10.8.0.43", "torch": "2.13.0", "torch_cuda": "12.4", "builder": True})
+    assert turing.usable
