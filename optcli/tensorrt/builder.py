@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli import __version__
+from optcli.version import __version__
 from optcli.atomic_write import atomic_path
 from optcli.errors import StageError, UsageError
 from optcli.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
