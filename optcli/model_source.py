@@ -196,8 +196,11 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
             ep = torch.export.load(str(source.path))
         except Exception as exc:
             cause = last_error_line(logs) or str(exc).splitlines()[0][:200]
-            raise UsageError(f"{source.path} could not be loaded with torch.export.load: {cause}",
-                             hint="is it a torch.export.save archive? truncated, or saved by a much newer torch?") from None
+            ep = _load_pt2_with_output_types(torch, source.path, cause)
+            if ep is None:
+                raise UsageError(f"{source.path} could not be loaded with torch.export.load: {cause}",
+                                 hint="is it a torch.export.save archive? truncated, or saved by a much newer "
+                                      "torch?") from None
     names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     args, kwargs = ep.example_inputs or ((), {})
     kwargs = kwargs or {}
@@ -237,6 +240,28 @@ def _no_cache(module: Any, given: dict[str, Any]) -> dict[str, Any]:
     the forward pass without a KV cache (docs/cli.md says what that means for generation)."""
     params = inspect.signature(module.forward).parameters
     return {"use_cache": False} if "use_cache" in params and "use_cache" not in given else {}
+
+
+# Output types a program may return whose pytree registration happens when their library is imported
+# (transformers' ModelOutput classes). Only these are imported, never a module a file names.
+_OUTPUT_TYPE_MODULES = ("transformers.modeling_outputs",)
+
+
+def _load_pt2_with_output_types(torch: Any, path: Path, cause: str) -> Any:
+    """Retry torch.export.load after importing the library that registers the program's output types."""
+    if "in pytree is not registered" not in cause or "transformers." not in cause:
+        return None
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    for name in _OUTPUT_TYPE_MODULES:
+        importlib.import_module(name)
+    try:
+        return torch.export.load(str(path))
+    except Exception:  # noqa: BLE001 - still not loadable: the caller reports the first cause
+        return None
 
 
 def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str],

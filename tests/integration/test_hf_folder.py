@@ -36,8 +36,8 @@ def folders(torch_mod: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 @pytest.mark.parametrize("name, architecture, task, inputs", [
     ("bert-cls", "BertForSequenceClassification", "text-classification",
-     {"input_ids": "2x64:int64", "attention_mask": "2x64:int64", "token_type_ids": "2x64:int64"}),
-    ("gpt2-lm", "GPT2LMHeadModel", "text-generation", {"input_ids": "2x32:int64", "attention_mask": "2x32:int64"}),
+     {"input_ids": "2x32:int64", "attention_mask": "2x32:int64", "token_type_ids": "2x32:int64"}),
+    ("gpt2-lm", "GPT2LMHeadModel", "text-generation", {"input_ids": "2x16:int64", "attention_mask": "2x16:int64"}),
     ("vit-cls", "ViTForImageClassification", "image-classification", {"pixel_values": "2x3x32x32:float32"}),
 ])
 def test_folder_compiles_with_no_flags(folders: dict[str, Path], tmp_path: Path, name: str, architecture: str,

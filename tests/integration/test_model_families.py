@@ -59,3 +59,24 @@ def test_family_compiles_and_matches_pytorch(families: Path, tmp_path: Path, fac
     for stage in report["stages"]:
         if stage["accuracy"]:
             assert stage["accuracy"]["cosine_min"] >= 0.9999, stage
+
+
+def test_pt2_returning_transformers_outputs_loads_in_a_fresh_process(torch_mod, tmp_path: Path) -> None:
+    """A .pt2 whose program returns a transformers ModelOutput: torch.export.load needs that type's pytree
+    registration, which importing transformers.modeling_outputs makes (was: exit 2 "Deserializing
+    transformers.modeling_outputs.BaseModelOutput in pytree is not registered")."""
+    tf = pytest.importorskip("transformers")
+    from compile_testkit import run_optcli
+
+    torch = torch_mod
+    torch.manual_seed(0)
+    model = tf.DistilBertModel(tf.DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                                                   max_position_embeddings=64)).eval()
+    ids = torch.randint(0, 100, (2, 8))
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = torch.export.export(model, (), kwargs={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                             dynamic_shapes={"input_ids": {0: batch}, "attention_mask": {0: batch}}, strict=False)
+    torch.export.save(ep, str(tmp_path / "distilbert.pt2"))
+    p = run_optcli("compile", str(tmp_path / "distilbert.pt2"), "--out", str(tmp_path / "o"), "--no-bench",
+                   "--target", "cpu", "--backend", "onnxruntime")
+    assert p.returncode == 0, p.stderr
