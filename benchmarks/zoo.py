@@ -96,6 +96,8 @@ def compile_row(family: str, kind: str, form: str, precision: str, model: str, n
     out = root / f"out-{precision}"
     args = [sys.executable, "-m", "optcli", "compile", model, "--out", str(out), "--json", "--force",
             "--config", str(root / "zoo.toml"), "--target", "cpu"]
+    if form == "hf-folder":  # the folder's own default length differs from the example's: pin it
+        args += [f"--input={name}:1x{t.shape[1]}" for name, t in named.items() if name == "input_ids"]
     if precision == "int8":
         args += ["--int8", "--calib", str(_data(named, root / "calib", 0)), "--eval", str(_data(named, root / "eval", 100))]
     t0 = time.perf_counter()
@@ -107,7 +109,8 @@ def compile_row(family: str, kind: str, form: str, precision: str, model: str, n
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
         err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-        row["reason"] = (err[0] if err else proc.stderr.strip().splitlines()[-1:] or ["?"])[0][:200]
+        tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        row["reason"] = (err[0] if err else tail[0])[:200]
         return row
     stages = {s["name"]: s for s in report["stages"]}
     export = stages.get("export") or {}

@@ -201,15 +201,19 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
                 raise UsageError(f"{source.path} could not be loaded with torch.export.load: {cause}",
                                  hint="is it a torch.export.save archive? truncated, or saved by a much newer "
                                       "torch?") from None
-    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    # Tensor inputs only: a constant the program was exported with (use_cache=False) is no input.
+    names = [s.arg.name for s in ep.graph_signature.input_specs
+             if s.kind.name == "USER_INPUT" and type(s.arg).__name__ == "TensorArgument"]
     args, kwargs = ep.example_inputs or ((), {})
     kwargs = kwargs or {}
+    constants = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+    kwargs = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
     example_values = list(args) + list(kwargs.values())
     module = ep.module()
-    if kwargs:
+    if kwargs or constants:
         # Programs exported with keyword inputs (the transformers style) must be called by keyword;
         # everything else in optcli calls models positionally in input order.
-        module = _keyword_adapter(torch, module, positional=len(args), keywords=list(kwargs))
+        module = _keyword_adapter(torch, module, positional=len(args), keywords=list(kwargs), constants=constants)
     if not example_values:
         if not pinned:
             raise UsageError(f"{source.path} carries no example inputs", hint=_INPUTS_HINT)

@@ -80,3 +80,22 @@ def test_pt2_returning_transformers_outputs_loads_in_a_fresh_process(torch_mod, 
     p = run_optcli("compile", str(tmp_path / "distilbert.pt2"), "--out", str(tmp_path / "o"), "--no-bench",
                    "--target", "cpu", "--backend", "onnxruntime")
     assert p.returncode == 0, p.stderr
+
+
+def test_pt2_exported_with_a_constant_keyword(torch_mod, tmp_path: Path) -> None:
+    """A decoder exported as users do, with use_cache=False among its keyword inputs: the bool is a
+    constant of the program, not an input (was: internal error "'bool' object has no attribute 'shape'")."""
+    tf = pytest.importorskip("transformers")
+    torch = torch_mod
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=32,
+                                             bos_token_id=0, eos_token_id=0)).eval()
+    ids = torch.randint(0, 100, (2, 8))
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = torch.export.export(model, (), kwargs={"input_ids": ids, "use_cache": False},
+                             dynamic_shapes={"input_ids": {0: batch}, "use_cache": None}, strict=False)
+    torch.export.save(ep, str(tmp_path / "gpt2.pt2"))
+    code, _, err = run_main("compile", str(tmp_path / "gpt2.pt2"), "--out", str(tmp_path / "o"), "--no-bench",
+                            "--target", "cpu", "--backend", "onnxruntime")
+    assert code == 0, err
+    assert [i["name"] for i in read_report(tmp_path / "o")["model"]["inputs"]] == ["input_ids"]
