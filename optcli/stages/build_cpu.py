@@ -267,7 +267,7 @@ class BuildCpuStage(Stage):
             return []
         graph = load_onnx(named, load_weights=False)
         origins = [load_onnx(a.path, load_weights=False) for a in self._lineage_onnx()]
-        return resolve_excludes(patterns, [n.name for n in graph.node], node_modules(graph, *origins))
+        return resolve_excludes(patterns, [n.name for n in graph.graph.node], node_modules(graph, *origins))
 
     def _lineage_onnx(self) -> list[Artifact]:
         return [a for a in self.ctx.facts.get("artifacts", {}).values() if a.format == "onnx" and a.path.exists()]
