@@ -1,6 +1,6 @@
 """The INT8 fallback on a transformers ResNet-50 (random weights): issue 13's hardest case.
 
-    python benchmarks/fallback_resnet50.py --out optcli-out/fallback-resnet50 [--budget 300]
+    python benchmarks/fallback_resnet50.py --out optcli-out/fallback-resnet50 [--budget 300] [--images white]
 
 Builds ResNetForImageClassification from its default config (the ResNet-50 layout, random weights:
 errors in the pooled features are magnified in the logits), exports it to ONNX (TorchScript exporter,
@@ -18,23 +18,30 @@ from pathlib import Path
 import numpy as np
 
 
-def smooth_noise(n: int, seed: int) -> np.ndarray:
+def noise_images(n: int, seed: int, kind: str) -> np.ndarray:
+    """`smooth`: noise at 28x28 upsampled (image-like spatial correlation); `white`: i.i.d. per pixel
+    (what benchmarks/cpu_models.py feeds, and the data of issue 13's table)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if kind == "white":
+        return torch.randn((n, 3, 224, 224), generator=g).numpy().astype(np.float32)
     low = torch.randn((n, 3, 28, 28), generator=g)
     img = torch.nn.functional.interpolate(low, size=(224, 224), mode="bilinear", align_corners=False)
     img = (img - img.mean(dim=(0, 2, 3), keepdim=True)) / img.std(dim=(0, 2, 3), keepdim=True)
     return img.numpy().astype(np.float32)
 
 
-def build(out: Path) -> Path:
+def build(out: Path, images: str) -> Path:
     import torch
     from transformers import ResNetConfig, ResNetForImageClassification
 
     model_path = out / "resnet50.onnx"
-    if model_path.exists():
+    if model_path.exists() and (out / f"{images}-images").exists():
         return model_path
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*-images"):
+        old.unlink()
     torch.manual_seed(0)
     model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).eval()
 
@@ -53,7 +60,8 @@ def build(out: Path) -> Path:
                           dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
     for name, n, seed in (("calib", 64, 1), ("eval", 64, 2)):
         (out / name).mkdir(exist_ok=True)
-        np.savez(out / name / "images.npz", pixel_values=smooth_noise(n, seed))
+        np.savez(out / name / "images.npz", pixel_values=noise_images(n, seed, images))
+    (out / f"{images}-images").touch()  # which data the folder holds
     return model_path
 
 
@@ -62,14 +70,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("optcli-out/fallback-resnet50"))
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--backend", default="auto", help="auto lets build-cpu's OpenVINO/NNCF INT8 candidates try")
+    ap.add_argument("--images", choices=("smooth", "white"), default="smooth")
+    ap.add_argument("--cosine", type=float, help="the tolerance (default: INT8's, mean cosine 0.99)")
     args = ap.parse_args()
     from optcli import api
 
-    model = build(args.out)
+    model = build(args.out, args.images)
     t0 = time.perf_counter()
     report = api.compile(model, out=args.out / "run", int8=True, calib=args.out / "calib", eval=args.out / "eval",
                          target="cpu", backend=args.backend, bench=False, check=False, force=True,
-                         fallback_budget=args.budget)
+                         fallback_budget=args.budget, **({"cosine": args.cosine} if args.cosine else {}))
     wall = time.perf_counter() - t0
     st = report.stage("quantize-int8")
     fb = st.details.get("fallback") or {}
