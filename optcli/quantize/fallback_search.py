@@ -148,7 +148,7 @@ class FallbackSearch:
             chunks = _halves(self.ranked)
         gains = []
         for chunk in chunks:
-            if not self.step("screen", base.excluded | frozenset(chunk), chunk):
+            if self.current.passed or not self.step("screen", base.excluded | frozenset(chunk), chunk):
                 break
             trial = self.cache[base.excluded | frozenset(chunk)]
             gains.append((trial.score - base.score, chunk))

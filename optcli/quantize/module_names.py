@@ -52,17 +52,30 @@ def module_path(node: Any) -> str | None:
 
 
 def node_modules(model: Any, *origins: Any) -> dict[str, str]:
-    """{node name: module path} for `model`'s nodes; a node whose metadata a later rewrite dropped
-    (simplify, fuse) is looked up by name in the `origins` (earlier graphs of the same run)."""
-    known: dict[str, str] = {}
+    """{node name: module path} for `model`'s nodes. A node whose metadata a later rewrite dropped
+    (simplify, fuse: MatMul + Add fused into a new Gemm) is found in the `origins` (earlier graphs of
+    the same run): by its name, else by a tensor it produces, else by a weight it reads."""
+    by_name: dict[str, str] = {}
+    by_output: dict[str, str] = {}
+    by_weight: dict[str, str] = {}
     for origin in origins:
+        inits = {i.name for i in origin.graph.initializer}
         for node in origin.graph.node:
             path = module_path(node)
-            if path and node.name:
-                known.setdefault(node.name, path)
+            if not path:
+                continue
+            if node.name:
+                by_name.setdefault(node.name, path)
+            for t in node.output:
+                by_output.setdefault(t, path)
+            for t in node.input:
+                if t in inits:
+                    by_weight.setdefault(t, path)
     out = {}
     for node in model.graph.node:
-        path = module_path(node) or known.get(node.name)
+        path = (module_path(node) or by_name.get(node.name)
+                or next((by_output[t] for t in node.output if t in by_output), None)
+                or next((by_weight[t] for t in node.input if t in by_weight), None))
         if path:
             out[node.name] = path
     return out

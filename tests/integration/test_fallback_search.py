@@ -1,0 +1,140 @@
+"""The INT8 fallback search on models whose damage sits in known layers (real torch export, real
+onnxruntime quantizer): it must find those layers, name them as PyTorch modules, stay within its
+budget, never get worse between rounds, and leave the rest of the model INT8."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optcli import api
+
+NETS = textwrap.dedent('''
+    import torch
+
+    class WideConvCnn(torch.nn.Module):
+        """wide's kernels each have one tap 300x the rest, on an input channel the stem never fires:
+        per-channel INT8 keeps that useless tap and rounds the 143 that matter to zero."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.wide = torch.nn.Conv2d(16, 16, 3, padding=1)
+            self.mid = torch.nn.Conv2d(16, 32, 3, padding=1)
+            self.head = torch.nn.Linear(32, 10)
+            with torch.no_grad():
+                self.stem.bias[0] = -100.0  # relu(stem) channel 0 is always zero
+                self.wide.weight[:, 0, 0, 0] = 300.0 * self.wide.weight.abs().max()
+
+        def forward(self, x):
+            h = torch.relu(self.stem(x))
+            h = torch.relu(self.wide(h))
+            h = torch.relu(self.mid(h))
+            return self.head(h.mean((2, 3)))
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim, outliers):
+            super().__init__()
+            self.q = torch.nn.Linear(dim, dim)
+            self.k = torch.nn.Linear(dim, dim)
+            self.v = torch.nn.Linear(dim, dim)
+            self.out = torch.nn.Linear(dim, dim)
+            if outliers:
+                with torch.no_grad():  # two output channels far above the rest, as in LLM activations
+                    self.out.weight[:2] *= 1000.0
+                    self.out.bias[:2] += 300.0
+
+        def forward(self, x):
+            a = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / 4.0, dim=-1) @ self.v(x)
+            return self.out(a)
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim, outliers):
+            super().__init__()
+            self.attention = Attention(dim, outliers)
+            self.ffn = torch.nn.Linear(dim, dim)
+            if outliers:
+                with torch.no_grad():  # ffn ignores the outlier channels, but their range sets its input's scale
+                    self.ffn.weight[:, :2] = 0.0
+
+        def forward(self, x):
+            return torch.relu(self.ffn(self.attention(x)))
+
+    class TinyEncoder(torch.nn.Module):
+        """layer.1.attention.out has outlier channels that layer.1.ffn ignores: its per-tensor input
+        quantization, scaled to the outliers, crushes the channels it does use."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = torch.nn.ModuleList([Block(16, i == 1) for i in range(3)])
+            self.head = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            for block in self.layer:
+                x = block(x)
+            return self.head(x.mean(1))
+
+    def cnn():
+        return WideConvCnn().eval(), (torch.randn(2, 3, 16, 16),)
+
+    def encoder():
+        return TinyEncoder().eval(), (torch.randn(2, 8, 16),)
+''')
+
+BUDGET = 60.0
+
+
+@pytest.fixture(scope="module")
+def nets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("fallback_nets")
+    (d / "nets.py").write_text(NETS)
+    return d
+
+
+def _data(root: Path, shape: tuple[int, ...], n: int = 48) -> Path:
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    np.savez(root / "x.npz", x=rng.standard_normal((n, *shape)).astype(np.float32))
+    return root
+
+
+def _check_search(fb: dict, stage_accuracy: dict) -> None:
+    cosines = [r["cosine"] for r in fb["rounds"] if not r["passed"]]
+    assert cosines == sorted(cosines), "accuracy decreased between rounds"
+    passed = [r["passed"] for r in fb["rounds"]]
+    assert passed == sorted(passed), "a round lost the tolerance once it was met"
+    assert fb["seconds"] <= fb["budget_s"] == BUDGET
+    assert fb["passed"] and stage_accuracy["cosine_mean"] >= 0.99
+    assert fb["accuracy_before"]["cosine_mean"] < 0.99
+    assert fb["float_flops_share"] < 0.5, "most of the model's FLOPs must stay INT8"
+    for u in fb["kept_in_float"]:
+        assert u["op_type"] in ("Conv", "MatMul", "Gemm", "Add"), u  # compute units, never an activation
+
+
+@pytest.mark.slow
+def test_search_finds_the_wide_conv_by_module_name(nets: Path, tmp_path: Path) -> None:
+    calib = _data(tmp_path / "calib", (3, 16, 16))
+    r = api.compile(f"{nets / 'nets.py'}:cnn", out=tmp_path / "o", int8=True, calib=calib, check=False, bench=False,
+                    fallback_budget=BUDGET, backend="onnxruntime")
+    assert r.status == "ok", r.error
+    st = r.stage("quantize-int8")
+    fb = st.details["fallback"]
+    _check_search(fb, st.accuracy)
+    assert [u["module"] for u in fb["kept_in_float"]] == ["wide"], fb["kept_in_float"]
+    assert fb["kept_in_float"][0]["node"] in fb["excluded_nodes"]
+
+
+@pytest.mark.slow
+def test_search_finds_the_layer_reading_attention_outliers(nets: Path, tmp_path: Path) -> None:
+    calib = _data(tmp_path / "calib", (8, 16))
+    r = api.compile(f"{nets / 'nets.py'}:encoder", out=tmp_path / "o", int8=True, calib=calib, check=False,
+                    bench=False, fallback_budget=BUDGET, backend="onnxruntime")
+    assert r.status == "ok", r.error
+    st = r.stage("quantize-int8")
+    fb = st.details["fallback"]
+    _check_search(fb, st.accuracy)
+    assert [u["module"] for u in fb["kept_in_float"]] == ["layer.1.ffn"], fb["kept_in_float"]
