@@ -1,6 +1,7 @@
 """The INT8 fallback on a transformers ResNet-50 (random weights): issue 13's hardest case.
 
     python benchmarks/fallback_resnet50.py --out optcli-out/fallback-resnet50 [--budget 300] [--images white]
+        [--int8-flavour qdq-s8s8] [--cosine 0.9999] [--backend onnxruntime]
 
 Builds ResNetForImageClassification from its default config (the ResNet-50 layout, random weights:
 errors in the pooled features are magnified in the logits), exports it to ONNX (TorchScript exporter,
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--backend", default="auto", help="auto lets build-cpu's OpenVINO/NNCF INT8 candidates try")
     ap.add_argument("--images", choices=("smooth", "white"), default="smooth")
+    ap.add_argument("--int8-flavour", dest="flavour", default="auto",
+                    help="qdq-s8s8 is what --target tensorrt gets (symmetric int8 activations): the harder case")
     ap.add_argument("--cosine", type=float, help="the tolerance (default: INT8's, mean cosine 0.99)")
     args = ap.parse_args()
     from optcli import api
@@ -79,7 +82,7 @@ def main() -> None:
     t0 = time.perf_counter()
     report = api.compile(model, out=args.out / "run", int8=True, calib=args.out / "calib", eval=args.out / "eval",
                          target="cpu", backend=args.backend, bench=False, check=False, force=True,
-                         fallback_budget=args.budget, **({"cosine": args.cosine} if args.cosine else {}))
+                         fallback_budget=args.budget, flavour=args.flavour, **({"cosine": args.cosine} if args.cosine else {}))
     wall = time.perf_counter() - t0
     st = report.stage("quantize-int8")
     fb = st.details.get("fallback") or {}
@@ -111,8 +114,8 @@ def main() -> None:
         print(f"build-cpu: {b.status}, chose {b.details.get('chosen')}: {b.details.get('why')}")
         for c in b.details["candidates"]:
             acc = (c.get("accuracy") or {}).get("cosine_mean")
-            lat = (c.get("latency") or {}).get("p50")
-            print(f"  {c['name']}: cosine {acc}, p50 {lat} ms, {c.get('failure') or c.get('skip') or 'ok'}")
+            lat = (c.get("latency_ms") or {}).get("p50")
+            print(f"  {c['name']}: {c['status']}, cosine {acc}, p50 {lat} ms {c.get('reason') or ''}")
 
 
 if __name__ == "__main__":

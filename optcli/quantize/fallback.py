@@ -17,7 +17,8 @@ from optcli.calibration.dataset import SampleSet
 from optcli.quantize.evaluate import evaluate
 from optcli.quantize.fallback_search import FallbackSearch, SearchResult, Trial
 from optcli.quantize.flavour import Flavour
-from optcli.quantize.int8 import quantize
+from optcli.quantize.int8 import int8_op_counts, quantize
+from optcli.quantize.qdq_strip import strip_input_qdq
 from optcli.quantize.sensitivity import node_damage
 from optcli.quantize.units import Unit
 
@@ -39,7 +40,10 @@ class Quantizer:
 
     def write(self, dst: Path, excluded: list[str] | frozenset[str]) -> dict[str, int]:
         nodes = {n for u in excluded for n in self.members.get(u, (u,))} | set(self.manual)
-        return quantize(self.fp32, dst, self.flavour, self.ranges, self.method, sorted(nodes))
+        counts = quantize(self.fp32, dst, self.flavour, self.ranges, self.method, sorted(nodes))
+        if nodes and self.flavour.static and strip_input_qdq(dst, nodes):
+            counts = int8_op_counts(dst)
+        return counts
 
 
 def rank_units(units: list[Unit], damage: dict[str, float]) -> list[Unit]:

@@ -38,10 +38,11 @@ NETS = textwrap.dedent('''
     class Attention(torch.nn.Module):
         def __init__(self, dim, outliers):
             super().__init__()
-            self.q = torch.nn.Linear(dim, dim)
-            self.k = torch.nn.Linear(dim, dim)
-            self.v = torch.nn.Linear(dim, dim)
-            self.out = torch.nn.Linear(dim, dim)
+            # no biases: random ones would drown the signal these tiny random layers carry
+            self.q = torch.nn.Linear(dim, dim, bias=False)
+            self.k = torch.nn.Linear(dim, dim, bias=False)
+            self.v = torch.nn.Linear(dim, dim, bias=False)
+            self.out = torch.nn.Linear(dim, dim, bias=outliers)
             if outliers:
                 with torch.no_grad():  # two output channels far above the rest, as in LLM activations
                     self.out.weight[:2] *= 1000.0
@@ -55,7 +56,7 @@ NETS = textwrap.dedent('''
         def __init__(self, dim, outliers):
             super().__init__()
             self.attention = Attention(dim, outliers)
-            self.ffn = torch.nn.Linear(dim, dim)
+            self.ffn = torch.nn.Linear(dim, dim, bias=False)
             if outliers:
                 with torch.no_grad():  # ffn ignores the outlier channels, but their range sets its input's scale
                     self.ffn.weight[:, :2] = 0.0
@@ -71,7 +72,7 @@ NETS = textwrap.dedent('''
             super().__init__()
             torch.manual_seed(0)
             self.layer = torch.nn.ModuleList([Block(16, i == 1) for i in range(3)])
-            self.head = torch.nn.Linear(16, 8)
+            self.head = torch.nn.Linear(16, 8, bias=False)
 
         def forward(self, x):
             for block in self.layer:
