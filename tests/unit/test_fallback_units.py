@@ -91,3 +91,32 @@ def test_units_are_compute_ops_with_the_pass_through_ops_that_feed_them(cnn: Pat
     tensorrt_units, _ = compute_units(cnn, TABLE["qdq-s8s8"])
     assert [u.op_type for u in tensorrt_units] == ["Conv", "Conv", "Gemm"], "only what the flavour quantizes"
     assert tensorrt_units[1].nodes == ("/body/conv2/Conv",), "an unquantized Relu has no Q/DQ to remove"
+
+
+@pytest.mark.parametrize("flavour", ["qdq-u8s8", "qdq-s8s8"])
+def test_a_unit_kept_in_float_reads_float_inputs(cnn: Path, tmp_path: Path, flavour: str) -> None:
+    """The class of bug behind 'excluding it changed nothing': ONNX Runtime quantizes a Conv's output
+    too, so the next Conv's input Q/DQ survives nodes_to_exclude. A unit in float must read no
+    DequantizeLinear at all (weights nor activations), and the rest must stay INT8."""
+    from optcli.calibration.dataset import SampleSet
+    from optcli.onnx_model import load_onnx
+    from optcli.quantize.calibrate import compute_ranges
+    from optcli.quantize.evaluate import run_model
+    from optcli.quantize.fallback import Quantizer
+
+    fl = TABLE[flavour]
+    units, _ = compute_units(cnn, fl)
+    x = np.random.default_rng(1).standard_normal((16, 3, 16, 16)).astype(np.float32)
+    samples = SampleSet({"x": x}, None, "test", "npz")
+    ranges, _ = compute_ranges(cnn, "sha", samples, "minmax", fl.activation_symmetric, fl.op_types, tmp_path / "c")
+    qz = Quantizer(cnn, fl, ranges, "minmax", [], {u.node: u.nodes for u in units})
+    out = tmp_path / "q.onnx"
+    qz.write(out, ["/body/conv2/Conv"])
+    graph = load_onnx(out).graph
+    producer = {o: n for n in graph.node for o in n.output}
+    conv2 = next(n for n in graph.node if n.name == "/body/conv2/Conv")
+    assert all(producer.get(t) is None or producer[t].op_type != "DequantizeLinear" for t in conv2.input)
+    conv1 = next(n for n in graph.node if n.name == "/body/conv1/Conv")
+    assert all(producer[t].op_type == "DequantizeLinear" for t in conv1.input[:2]), "conv1 must stay INT8"
+    outs, _ = run_model(out, samples)  # the rewired graph still runs
+    assert outs[0].shape == (16, 10) and np.isfinite(outs[0]).all()
