@@ -3,6 +3,9 @@ onnxruntime quantizer): it must find those layers, name them as PyTorch modules,
 budget, never get worse between rounds, and leave the rest of the model INT8."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import numpy as np
 import pytest
 
 from optcli import api
+from compile_testkit import cli_env
 
 NETS = textwrap.dedent('''
     import torch
@@ -139,3 +143,56 @@ def test_search_finds_the_layer_reading_attention_outliers(nets: Path, tmp_path:
     fb = st.details["fallback"]
     _check_search(fb, st.accuracy)
     assert [u["module"] for u in fb["kept_in_float"]] == ["layer.1.ffn"], fb["kept_in_float"]
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "optcli", *args], capture_output=True, text=True, env=cli_env(),
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cnn_onnx(nets: Path) -> Path:
+    """The wide-conv CNN as a user's ONNX (TorchScript exporter: module paths live in node names)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("fallback_nets", nets / "nets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, args = mod.cnn()
+    path = nets / "cnn.onnx"
+    torch.onnx.export(model, args, str(path), dynamo=False, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    return path
+
+
+def test_debug_int8_names_the_wide_conv_first(cnn_onnx: Path, tmp_path: Path) -> None:
+    calib = _data(tmp_path / "calib", (3, 16, 16))
+    proc = _run_cli("debug-int8", str(cnn_onnx), "--calib", str(calib), "--json", "--measure", "2")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    top = report["units"][0]
+    assert top["module"] == "wide" and top["node"] == "/wide/Conv", report["units"]
+    assert top["cosine_gain_in_float"] > 0.01 > abs(report["units"][1]["cosine_gain_in_float"])
+    assert report["int8_accuracy"]["cosine_mean"] < 0.99 and not report["passes"]
+    assert {u["module"] for u in report["units"]} == {"stem", "wide", "mid", "head"}
+    table = _run_cli("debug-int8", str(cnn_onnx), "--calib", str(calib), "--measure", "1")
+    assert table.returncode == 0 and "wide" in table.stdout and "/wide/Conv" in table.stdout
+    assert "--exclude 'wide'" in table.stdout, table.stdout
+
+
+def test_exclude_by_module_glob_and_bad_patterns_on_the_cli(cnn_onnx: Path, tmp_path: Path) -> None:
+    calib = _data(tmp_path / "calib", (3, 16, 16))
+    out = tmp_path / "o"
+    proc = _run_cli("compile", str(cnn_onnx), "--int8", "--calib", str(calib), "--out", str(out), "--no-bench",
+                    "--backend", "onnxruntime", "--no-fallback", "--exclude", "w*de", "--json")
+    assert proc.returncode == 0, proc.stderr
+    stage = next(s for s in json.loads(proc.stdout)["stages"] if s["name"] == "quantize-int8")
+    assert stage["details"]["excluded_by_user"] == ["/wide/Conv"]
+    assert stage["accuracy"]["cosine_mean"] >= 0.99, "keeping the wide conv in float is the fix"
+    bad = _run_cli("compile", str(cnn_onnx), "--int8", "--calib", str(calib), "--out", str(tmp_path / "b"),
+                   "--exclude", "decoder.*")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "error: --exclude decoder.*" in bad.stderr and "hint:" in bad.stderr and "wide" in bad.stderr
+    assert not (tmp_path / "b" / "04-quantize-int8").exists()
