@@ -18,6 +18,7 @@ from optcli.quantize.evaluate import evaluate
 from optcli.quantize.fallback_search import FallbackSearch, SearchResult, Trial
 from optcli.quantize.flavour import Flavour
 from optcli.quantize.int8 import int8_op_counts, quantize
+from optcli.quantize.latency_share import node_time_shares
 from optcli.quantize.qdq_strip import strip_input_qdq
 from optcli.quantize.sensitivity import node_damage
 from optcli.quantize.units import Unit
@@ -80,12 +81,15 @@ def run_fallback(qz: Quantizer, int8_model: Path, units: list[Unit], total_flops
     by_node = {u.node: u for u in units}
     kept = [u for u in ranked if u.node in result.best.excluded]
     float_flops = sum(u.flops for u in kept) + sum(by_node[m].flops for m in qz.manual if m in by_node)
+    shares = node_time_shares(qz.fp32, ev) if kept else {}  # after the search: reporting, not searching
     label = {u.node: u.label for u in units}
     rounds = [dict(r, changed=[label.get(c, c) for c in r["changed"]]) for r in result.rounds]
     section = {
         "units": len(candidates), "search_samples": n, "budget_s": budget_s, "seconds": result.seconds,
         "evaluations": result.evaluations, "stopped": result.stopped, "passed": result.passed,
-        "kept_in_float": [dict(u.to_json(total_flops), local_damage=_round(damage.get(u.node))) for u in kept],
+        "kept_in_float": [dict(u.to_json(total_flops), local_damage=_round(damage.get(u.node)),
+                               fp32_time_share=_round(sum(shares.get(n, 0.0) for n in u.nodes))) for u in kept],
+        "float_fp32_time_share": _round(sum(shares.get(n, 0.0) for u in kept for n in u.nodes)) if shares else None,
         "excluded_nodes": [n for u in kept for n in u.nodes],
         "float_flops_share": round(float_flops / total_flops, 6) if total_flops else None,
         "rounds": rounds,

@@ -118,6 +118,8 @@ def _check_search(fb: dict, stage_accuracy: dict) -> None:
     assert fb["float_flops_share"] < 0.5, "most of the model's FLOPs must stay INT8"
     for u in fb["kept_in_float"]:
         assert u["op_type"] in ("Conv", "MatMul", "Gemm", "Add"), u  # compute units, never an activation
+        assert 0.0 < u["fp32_time_share"] < 1.0 and 0.0 < u["flops_share"] < 1.0, u
+    assert fb["float_fp32_time_share"] == pytest.approx(sum(u["fp32_time_share"] for u in fb["kept_in_float"]))
 
 
 @pytest.mark.slow
