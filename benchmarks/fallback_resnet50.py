@@ -66,6 +66,37 @@ def build(out: Path, images: str) -> Path:
     return model_path
 
 
+def measure(run: Path, fb: dict, flavour: str) -> None:
+    """FP32, plain INT8 and the fallback's INT8 in ONE interleaved ONNX Runtime run (batch 1, all
+    optimizations): the speed claim, measured the way build-cpu measures candidates."""
+    from optcli.cpu.measure import interleaved
+    from optcli.quantize.flavour import TABLE
+    from optcli.quantize.int8 import name_nodes, quantize
+    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+
+    fp32 = next(run.glob("*-fuse/model.onnx"))
+    named, plain = run / "bench-fp32-named.onnx", run / "bench-int8-plain.onnx"
+    name_nodes(fp32, named)
+    ranges = max(run.glob("calibration-cache/ranges-minmax-*.json"), key=lambda p: p.stat().st_mtime)
+    quantize(named, plain, TABLE[flavour], ranges, "minmax", [])
+    models = {"fp32": fp32, "int8 (plain)": plain, "int8 (fallback)": next(run.glob("*-quantize-int8/model.onnx"))}
+    runners = {k: OnnxRuntimeRunner(v) for k, v in models.items()}
+    try:
+        x = np.load(run.parent / "eval" / "images.npz")["pixel_values"][:1]
+        feeds = {k: r.normalize({"pixel_values": x}) for k, r in runners.items()}
+        stats, info = interleaved(runners, feeds, batch=1, min_rounds=8, min_seconds=20.0, max_seconds=90.0,
+                                  block_ms=300.0, switch_ms=50.0)
+    finally:
+        for r in runners.values():
+            r.close()
+    base = stats["fp32"]["p50"]
+    print(f"interleaved ONNX Runtime, batch 1, {info.get('rounds')} rounds:")
+    for k in models:
+        print(f"  {k}: p50 {stats[k]['p50']:.2f} ms (95% CI {stats[k].get('p50_ci')}), {base / stats[k]['p50']:.2f}x FP32")
+    for p in (named, plain):
+        p.unlink(missing_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("optcli-out/fallback-resnet50"))
@@ -109,6 +140,8 @@ def main() -> None:
         print("ranking (local damage, top 10):")
         for u in fb["ranking"][:10]:
             print(f"  {u['module']}  {u['local_damage']}")
+    if fb and st.status in ("ok", "failed"):
+        measure(args.out / "run", fb, st.details["flavour"]["name"])
     b = report.stage("build-cpu")
     if b is not None and b.details.get("candidates"):
         print(f"build-cpu: {b.status}, chose {b.details.get('chosen')}: {b.details.get('why')}")
