@@ -91,6 +91,7 @@ NETS = textwrap.dedent('''
 ''')
 
 BUDGET = 60.0
+pytestmark = pytest.mark.slow  # each test quantizes and evaluates a model several times (10-30 s)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,6 @@ def _check_search(fb: dict, stage_accuracy: dict) -> None:
     assert fb["float_fp32_time_share"] == pytest.approx(sum(u["fp32_time_share"] for u in fb["kept_in_float"]))
 
 
-@pytest.mark.slow
 def test_search_finds_the_wide_conv_by_module_name(nets: Path, tmp_path: Path) -> None:
     calib = _data(tmp_path / "calib", (3, 16, 16))
     r = api.compile(f"{nets / 'nets.py'}:cnn", out=tmp_path / "o", int8=True, calib=calib, check=False, bench=False,
@@ -135,7 +135,6 @@ def test_search_finds_the_wide_conv_by_module_name(nets: Path, tmp_path: Path) -
     assert fb["kept_in_float"][0]["node"] in fb["excluded_nodes"]
 
 
-@pytest.mark.slow
 def test_search_finds_the_layer_reading_attention_outliers(nets: Path, tmp_path: Path) -> None:
     calib = _data(tmp_path / "calib", (8, 16))
     r = api.compile(f"{nets / 'nets.py'}:encoder", out=tmp_path / "o", int8=True, calib=calib, check=False,
@@ -198,3 +197,13 @@ def test_exclude_by_module_glob_and_bad_patterns_on_the_cli(cnn_onnx: Path, tmp_
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "error: --exclude decoder.*" in bad.stderr and "hint:" in bad.stderr and "wide" in bad.stderr
     assert not (tmp_path / "b" / "04-quantize-int8").exists()
+
+
+def test_a_spent_budget_stops_the_search_and_names_the_closest(nets: Path, tmp_path: Path) -> None:
+    calib = _data(tmp_path / "calib", (8, 16))
+    r = api.compile(f"{nets / 'nets.py'}:encoder", out=tmp_path / "o", int8=True, calib=calib, check=False,
+                    bench=False, fallback_budget=0.0, backend="onnxruntime")
+    assert r.status == "failed" and r.exit_code == 3
+    fb = r.stage("quantize-int8").details["fallback"]
+    assert fb["stopped"] == "budget spent" and fb["evaluations"] == 1 and fb["kept_in_float"] == []
+    assert "closest: mean cosine" in r.error["message"] and "budget spent" in r.error["message"], r.error
