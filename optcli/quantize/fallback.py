@@ -98,5 +98,18 @@ def run_fallback(qz: Quantizer, int8_model: Path, units: list[Unit], total_flops
     return result, section
 
 
+def closest_summary(fallback: dict[str, Any]) -> str:
+    """One line on the best result the fallback found: accuracy, speed, what it kept in float."""
+    kept = fallback["kept_in_float"]
+    acc = fallback["accuracy_after"]
+    names = ", ".join(u["module"] or u["node"] for u in kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
+    share = fallback.get("float_flops_share") or 0.0
+    fp32, after = fallback.get("latency_p50_ms_fp32"), fallback.get("latency_p50_ms_after")
+    speed = f", {fp32 / after:.2f}x FP32's speed (p50 {after} ms vs {fp32} ms)" if fp32 and after else ""
+    where = f"{len(kept)} units in float ({share:.1%} of FLOPs): {names}" if kept else "nothing kept in float"
+    return (f"closest: mean cosine {acc.get('cosine_mean', 0):.4f}{speed}, {where}; "
+            f"{fallback['evaluations']} evaluations in {fallback['seconds']:.0f} s ({fallback['stopped']})")
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 8)

@@ -20,7 +20,7 @@ from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histog
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.flavour import resolve_flavour
-from optcli.quantize.fallback import Quantizer, run_fallback
+from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
 from optcli.quantize.module_names import node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
@@ -192,15 +192,3 @@ class QuantizeInt8Stage(Stage):
 
         return self.ctx.target == "cpu" and installed("openvino") and cpu_config(self.ctx.config).backend != "onnxruntime"
 
-
-def closest_summary(fallback: dict[str, Any]) -> str:
-    """One line on the best result the fallback found: accuracy, speed, what it kept in float."""
-    kept = fallback["kept_in_float"]
-    acc = fallback["accuracy_after"]
-    names = ", ".join(u["module"] or u["node"] for u in kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
-    share = fallback.get("float_flops_share") or 0.0
-    fp32, after = fallback.get("latency_p50_ms_fp32"), fallback.get("latency_p50_ms_after")
-    speed = f", {fp32 / after:.2f}x FP32's speed (p50 {after} ms vs {fp32} ms)" if fp32 and after else ""
-    where = f"{len(kept)} units in float ({share:.1%} of FLOPs): {names}" if kept else "nothing kept in float"
-    return (f"closest: mean cosine {acc.get('cosine_mean', 0):.4f}{speed}, {where}; "
-            f"{fallback['evaluations']} evaluations in {fallback['seconds']:.0f} s ({fallback['stopped']})")
