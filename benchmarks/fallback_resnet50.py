@@ -77,7 +77,8 @@ def measure(run: Path, fb: dict, flavour: str) -> None:
     fp32 = next(run.glob("*-fuse/model.onnx"))
     named, plain = run / "bench-fp32-named.onnx", run / "bench-int8-plain.onnx"
     name_nodes(fp32, named)
-    ranges = max(run.glob("calibration-cache/ranges-minmax-*.json"), key=lambda p: p.stat().st_mtime)
+    ranges = max((p for p in run.glob("calibration-cache/ranges-minmax-*.json") if not p.name.endswith(".check.json")),
+                 key=lambda p: p.stat().st_mtime)
     quantize(named, plain, TABLE[flavour], ranges, "minmax", [])
     models = {"fp32": fp32, "int8 (plain)": plain, "int8 (fallback)": next(run.glob("*-quantize-int8/model.onnx"))}
     runners = {k: OnnxRuntimeRunner(v) for k, v in models.items()}
@@ -106,9 +107,16 @@ def main() -> None:
     ap.add_argument("--int8-flavour", dest="flavour", default="auto",
                     help="qdq-s8s8 is what --target tensorrt gets (symmetric int8 activations): the harder case")
     ap.add_argument("--cosine", type=float, help="the tolerance (default: INT8's, mean cosine 0.99)")
+    ap.add_argument("--measure-only", action="store_true", help="only the interleaved timing of OUT/run")
     args = ap.parse_args()
     from optcli import api
 
+    if args.measure_only:
+        from optcli.report import RunReport
+
+        st = RunReport.load(args.out / "run" / "report.json", "run the benchmark once without --measure-only").stage("quantize-int8")
+        measure(args.out / "run", st.details["fallback"], st.details["flavour"]["name"])
+        return
     model = build(args.out, args.images)
     t0 = time.perf_counter()
     report = api.compile(model, out=args.out / "run", int8=True, calib=args.out / "calib", eval=args.out / "eval",
