@@ -28,6 +28,15 @@ from optcli.quantize.units import compute_units
 DEFAULT_MEASURED = 8
 
 
+def _earlier_graphs(path: Path) -> list[Path]:
+    """Inside an optcli output folder, the run's other ONNX graphs: the exporter's keeps the module
+    metadata that simplify and fuse dropped (dynamo exports)."""
+    out = path.resolve().parent.parent
+    if not (out / "report.json").is_file():
+        return []
+    return [p for p in sorted(out.glob("*/model.onnx")) if p.resolve() != path.resolve()]
+
+
 def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | Path | None = None,
                        target: str = "cpu", flavour: str = "auto", calib_method: str = "minmax",
                        calib_samples: int | None = None, measure: int = DEFAULT_MEASURED,
@@ -38,7 +47,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
     path = Path(model)
     if path.suffix != ".onnx" or not path.is_file():
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
-                         hint="compile it first (optcli compile MODEL) and pass OUT/03-fuse/model.onnx")
+                         hint="compile it first (optcli compile MODEL) and pass OUT/03-fuse/model.onnx (module names are read from the run's export)")
     if target not in ("cpu", "tensorrt"):
         raise UsageError(f"unknown --target {target}", hint="cpu or tensorrt")
     t0 = time.perf_counter()
@@ -55,7 +64,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
         if not fl.static:
             raise UsageError(f"the {fl.name} flavour has no calibration ranges to debug",
                              hint="pass --int8-flavour qdq (static Q/DQ), which the sensitivity table measures")
-        units, total = compute_units(fp32, fl, [path])
+        units, total = compute_units(fp32, fl, [path, *_earlier_graphs(path)])
         from optcli.artifact import sha256_file
 
         ranges, _ = compute_ranges(fp32, sha256_file(fp32), calib_set, calib_method, fl.activation_symmetric,

@@ -207,3 +207,44 @@ def test_a_spent_budget_stops_the_search_and_names_the_closest(nets: Path, tmp_p
     fb = r.stage("quantize-int8").details["fallback"]
     assert fb["stopped"] == "budget spent" and fb["evaluations"] == 1 and fb["kept_in_float"] == []
     assert "closest: mean cosine" in r.error["message"] and "budget spent" in r.error["message"], r.error
+
+
+BERT = textwrap.dedent('''
+    import torch
+    from transformers import BertConfig, BertModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.bert = BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64,
+                                             max_position_embeddings=16), add_pooling_layer=False)
+
+        def forward(self, input_ids):
+            return self.bert(input_ids=input_ids).last_hidden_state
+
+    def bert():
+        return Encoder().eval(), (torch.randint(1, 100, (2, 8)),)
+''')
+
+
+def test_units_of_a_transformers_bert_carry_its_module_names(tmp_path: Path) -> None:
+    """First contact: a transformers BERT (random weights, from its config) through the dynamo
+    exporter, simplify and fuse: its quantized MatMul/Gemm units are named as BERT's modules."""
+    (tmp_path / "bert_net.py").write_text(BERT)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    np.savez(calib / "ids.npz", input_ids=np.random.default_rng(0).integers(1, 100, (24, 8)).astype(np.int64))
+    r = api.compile(f"{tmp_path / 'bert_net.py'}:bert", out=tmp_path / "o", int8=True, calib=calib, check=False,
+                    bench=False, backend="onnxruntime", flavour="qdq")
+    fused = next((tmp_path / "o").glob("*-fuse/model.onnx"))
+    report = api.debug_int8(fused, calib, flavour="qdq", measure=0)
+    weighted = [u for u in report["units"] if u["op_type"] in ("MatMul", "Gemm") and u["flops_share"] > 0.01]
+    assert weighted, report["units"]
+    names = [u["module"] for u in weighted]
+    assert all(n and n.startswith("bert.encoder.layer.") for n in names), names
+    for part in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                 "intermediate.dense", "output.dense"):
+        assert any(n.endswith(part) for n in names), (part, names)
+    assert r.status in ("ok", "failed")
