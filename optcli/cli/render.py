@@ -88,6 +88,8 @@ def final_lines(report: RunReport) -> list[str]:
                      f"({fb['float_flops_share'] or 0:.1%} of FLOPs, {fb.get('float_fp32_time_share') or 0:.1%} of FP32 time)"
                      f"{': ' + names if kept else ''}; "
                      f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} ({fb['stopped']})")
+        if fb.get("warning"):
+            lines.append(f"  warning: int8 fallback: {fb['warning']}")
     built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
     if built is not None and built.details.get("chosen"):
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
