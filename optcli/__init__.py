@@ -13,7 +13,7 @@ from typing import Any
 
 from optcli.version import __version__
 
-_API = ("compile", "load", "bench", "profile", "compare", "export_triton")
+_API = ("compile", "load", "bench", "profile", "compare", "export_triton", "debug_int8")
 
 
 def __getattr__(name: str) -> Any:

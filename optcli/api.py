@@ -159,6 +159,14 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     return result
 
 
+def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str, Any]:
+    """Per-layer INT8 sensitivity of an ONNX model, most damaging first, in module names
+    (optcli/quantize/debug_int8.py); nothing else is built."""
+    from optcli.quantize.debug_int8 import sensitivity_report
+
+    return sensitivity_report(model, calib, **options)
+
+
 def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: int = 10,
             optimization: str = "all", threads: int | None = None, inputs_dir: str | Path | None = None,
             pins: list[str] | None = None) -> Any:

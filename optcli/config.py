@@ -82,6 +82,7 @@ class QuantizeConfig:
     exclude_nodes: list[str] = field(default_factory=list)
     exclude_ops: list[str] = field(default_factory=list)
     fallback: bool = True             # exclude sensitive nodes automatically when the gate fails
+    fallback_budget: float = 300.0    # seconds the INT8 fallback search may take
     flavour: str = "auto"             # auto | qdq (TensorRT-ready Q/DQ) | dynamic (ORT CPU, transformers)
 
 

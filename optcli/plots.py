@@ -64,3 +64,30 @@ def plot_compare(result: CompareResult, path: Path) -> None:
         _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def plot_sensitivity(report: dict[str, Any], path: Path, top: int = 20) -> None:
+    """Horizontal bars: each unit's local damage, most damaging first; where it was measured end to
+    end, the mean cosine gained by keeping it alone in float is written beside the bar."""
+    plt = _pyplot()
+    rows = report["units"][:top]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.8))
+    try:
+        values = [r["local_damage"] or 0.0 for r in rows]
+        ax.barh(range(len(rows)), values, color="#4878a8")
+        for i, r in enumerate(rows):
+            if r["cosine_gain_in_float"] is not None:
+                ax.annotate(f"float: {r['cosine_gain_in_float']:+.4f}", (max(values[i], 0.0), i),
+                            textcoords="offset points", xytext=(4, -3), fontsize=7, color="#c0504d")
+        ax.set_yticks(range(len(rows)), [f"{(r['module'] or r['node'])[-56:]} ({r['op_type']}, {r['flops_share']:.1%})"
+                                         for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
+        ax.set_xlabel("local damage (mean 1 - cosine added at the unit); red: cosine gained kept in float")
+        acc = report["int8_accuracy"].get("cosine_mean", 0.0)
+        ax.set_title(f"{Path(report['model']).name}: INT8 ({report['flavour']['name']}) mean cosine {acc:.4f}",
+                     fontsize=10)
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)

@@ -101,6 +101,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
     q.exclude_ops += list(params["exclude_op"])
     if params["no_fallback"]:
         q.fallback = False
+    if _given(ctx, "fallback_budget"):
+        q.fallback_budget = params["fallback_budget"]
     if params["tolerance"]:
         tol = parse_tolerance(params["tolerance"])
         config.accuracy.cosine, config.accuracy.max_abs, config.accuracy.top1 = (
@@ -151,9 +153,12 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
               help="Held-out data for the accuracy gate (a `labels` key adds top-1 accuracy).")
 @click.option("--tolerance", multiple=True, metavar="cosine=0.99,top1=..,max-abs=..",
               help="Accuracy gate against FP32 (default cosine=0.99 for int8, 0.999 for fp16). Miss it: exit 3.")
-@click.option("--exclude", multiple=True, metavar="NODE", help="Keep this node in float (repeat).")
+@click.option("--exclude", multiple=True, metavar="NAME",
+              help="Keep in float: an ONNX node, a PyTorch module path, or a glob ('encoder.layer.11.*'); repeat.")
 @click.option("--exclude-op", multiple=True, metavar="OPTYPE", help="Keep every node of this op type in float.")
 @click.option("--no-fallback", is_flag=True, help="Do not exclude sensitive nodes automatically.")
+@click.option("--fallback-budget", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
+              help="Time the INT8 fallback search may take.")
 @click.option("--int8-flavour", type=click.Choice(["auto", "qdq", "qdq-s8s8", "qdq-u8s8", "dynamic"]),
               default="auto", show_default=True, help="Where Q/DQ sit; auto picks per target and model.")
 @click.option("--triton-repo", type=click.Path(path_type=Path),

@@ -21,6 +21,7 @@ COMMANDS = {
     "profile": "optcli.cli.profile_cmd:profile_cmd",
     "compare": "optcli.cli.compare_cmd:compare_cmd",
     "check": "optcli.cli.check_cmd:check_cmd",
+    "debug-int8": "optcli.cli.debug_int8_cmd:debug_int8_cmd",
 }
 
 

@@ -79,6 +79,17 @@ def final_lines(report: RunReport) -> list[str]:
                      f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")
     if dep and ref:
         lines.append(f"  {ref['p50'] / dep['p50']:.2f}x faster than {ref['runtime']} (p50 {ref['p50']:.3f} ms)")
+    q = next((s for s in report.stages if s.name == "quantize-int8" and s.status in ("ok", "cached")), None)
+    fb = q.details.get("fallback") if q is not None else None
+    if fb:
+        kept = [u["module"] or u["node"] for u in fb["kept_in_float"]]
+        names = ", ".join(kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
+        lines.append(f"  int8 fallback: {len(kept)} of {fb['units']} layers kept in float "
+                     f"({fb['float_flops_share'] or 0:.1%} of FLOPs, {fb.get('float_fp32_time_share') or 0:.1%} of FP32 time)"
+                     f"{': ' + names if kept else ''}; "
+                     f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} ({fb['stopped']})")
+        if fb.get("warning"):
+            lines.append(f"  warning: int8 fallback: {fb['warning']}")
     built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
     if built is not None and built.details.get("chosen"):
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.

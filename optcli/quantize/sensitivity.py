@@ -1,9 +1,10 @@
-"""Find the quantized nodes that lose the most accuracy, for the automatic INT8 fallback.
+"""Local damage of each fallback unit (units.py): the first ranking of the fallback search.
 
-Each candidate node's input and output tensors are exposed in the FP32 and the INT8 model and
-compared on a few samples. A node's local damage is the error at its output minus the worst error
-already present at its inputs: error that the node's own quantization added. The nodes with the
-most local damage are kept in float first.
+Each unit's input and output tensors are exposed in the FP32 and the INT8 model and compared on a
+few samples. A unit's local damage is the error at its output minus the worst error already present
+at its float inputs (before their Q/DQ): the error its input and weight quantization added. Only
+compute ops are scored, so a Q/DQ pair is credited to the op it feeds, not to a Relu beside it.
+One pass over the probe samples; the search then measures the ranked units end to end.
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def _err(a: np.ndarray, b: np.ndarray) -> float:
 def node_damage(fp32: Path, int8: Path, candidates: list[str], samples: SampleSet) -> dict[str, float]:
     """{node name: local damage} for candidate nodes (float tensors that exist in both graphs)."""
     model = load_onnx(fp32, load_weights=False)
+    # ONNX Runtime's QDQ quantizer removes a Relu after a quantized op and renames that op's output
+    # to the Relu's (the uint8 range does the clamping): in the INT8 graph such a tensor holds the
+    # value before the Relu, so compare it after one.
+    relu_out = {o for n in model.graph.node if n.op_type == "Relu" for o in n.output}
     inits = {i.name for i in model.graph.initializer}
     graph_inputs = {i.name for i in model.graph.input}
     nodes = {n.name: n for n in model.graph.node}
@@ -43,6 +48,9 @@ def node_damage(fp32: Path, int8: Path, candidates: list[str], samples: SampleSe
             continue
         ins = [t for t in node.input if t and t not in inits and (t in int8_tensors or t in graph_inputs)]
         outs = [t for t in node.output if t in int8_tensors]
+        if not outs:  # the output was renamed to that of a Relu ONNX Runtime removed
+            outs = [t for c in model.graph.node if c.op_type == "Relu" and c.input[0] in node.output
+                    for t in c.output if t in int8_tensors]
         if outs:
             io[name] = (ins, outs)
     tensors = sorted({t for ins, outs in io.values() for t in ins + outs} - graph_inputs)
@@ -50,6 +58,8 @@ def node_damage(fp32: Path, int8: Path, candidates: list[str], samples: SampleSe
     ref, ref_names = run_model(fp32, probe, extra_outputs=tensors, runner_options={"optimization": "disabled"})
     got, got_names = run_model(int8, probe, extra_outputs=tensors, runner_options={"optimization": "disabled"})
     ref_map, got_map = dict(zip(ref_names, ref)), dict(zip(got_names, got))
+    for t in relu_out & got_map.keys():
+        got_map[t] = np.maximum(got_map[t], 0)
     errors = {t: _err(ref_map[t], got_map[t]) for t in tensors if t in ref_map and t in got_map
               and ref_map[t].shape == got_map[t].shape}
     damage = {}

@@ -245,7 +245,7 @@ class BuildCpuStage(Stage):
             named = self._named_float(self._quantize_source(artifact), folder.parent.parent)
             q = self.ctx.config.quantize
             cand.path, cand.build = nncf_int8(named, folder, calib, transformer=cand.recipe == "nncf-transformer",
-                                              exclude_nodes=q.exclude_nodes, exclude_ops=q.exclude_ops, facts=facts,
+                                              exclude_nodes=self._excluded_nodes(named), exclude_ops=q.exclude_ops, facts=facts,
                                               precision=hint)
         elif cand.recipe == "requantize-s8s8":
             # Another OpenVINO INT8 candidate already within tolerance makes the (slow) fallback moot.
@@ -257,6 +257,20 @@ class BuildCpuStage(Stage):
             raise StageError(f"unknown candidate recipe {cand.recipe!r}")
         cand.build["inference_precision"] = hint
         cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
+
+    def _excluded_nodes(self, named: Path) -> list[str]:
+        """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
+        from optcli.quantize.module_names import node_modules, resolve_excludes
+
+        patterns = self.ctx.config.quantize.exclude_nodes
+        if not patterns:
+            return []
+        graph = load_onnx(named, load_weights=False)
+        origins = [load_onnx(a.path, load_weights=False) for a in self._lineage_onnx()]
+        return resolve_excludes(patterns, [n.name for n in graph.graph.node], node_modules(graph, *origins))
+
+    def _lineage_onnx(self) -> list[Artifact]:
+        return [a for a in self.ctx.facts.get("artifacts", {}).values() if a.format == "onnx" and a.path.exists()]
 
     def _int8_remainder(self) -> str:
         """What the ops left in float compute in, in an OpenVINO INT8 model: BF16 where the CPU has it

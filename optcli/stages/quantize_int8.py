@@ -1,9 +1,10 @@
 """Stage quantize-int8: INT8 on the ONNX graph with calibration data, an accuracy gate against FP32
-on held-out data, and automatic fallback that keeps the most damaging nodes in float.
+on held-out data, and automatic fallback that keeps the units that break INT8 in float.
 
-Loop: quantize -> evaluate -> if the tolerance holds, done; else measure each quantized node's local
-damage (sensitivity.py), keep the worst 1, 2, 4, ... in float, re-quantize, re-evaluate; stop when the
-tolerance holds or nothing is left to exclude. Every attempt is in the report.
+Quantize -> evaluate -> if the tolerance holds, done; else the fallback search (quantize/fallback.py)
+finds the compute units to keep in float within --fallback-budget, and the report names them in
+the user's module paths. Missing the tolerance even then: the closest result stays in the folder,
+and with --target cpu build-cpu's own INT8 candidates (NNCF, ...) try before the run gives up.
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histog
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.flavour import resolve_flavour
-from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes, quantize
-from optcli.quantize.sensitivity import node_damage
+from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
+from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
+from optcli.quantize.module_names import node_modules, resolve_excludes
+from optcli.quantize.units import compute_units
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensorrt.preflight import require_clean
 
-MAX_FALLBACK_ROUNDS = 8
 MAX_EVAL_SAMPLES = 512
 
 
@@ -66,8 +68,6 @@ def _brief(acc: dict[str, Any]) -> dict[str, Any]:
     keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy", "top1_accuracy_reference")
     return {k: round(acc[k], 6) for k in keys if k in acc}
 
-
-MAX_PRUNE_TRIES = 16
 
 
 @register
@@ -110,41 +110,27 @@ class QuantizeInt8Stage(Stage):
         if failure is None and accuracy.get("int8_ops_after_fallback") == 0:
             # Excluding everything "passes" with an FP32 model: that is not an INT8 result.
             return "no node could stay INT8 within the tolerance (the fallback excluded all of them)"
+        if failure and accuracy.get("gate_deferred_to"):
+            return None  # build-cpu's own INT8 candidates try next; its gate has the last word
+        if failure and accuracy.get("fallback_closest"):
+            return f"{failure}; {accuracy['fallback_closest']} (kept in this stage's folder for inspection)"
         return failure
-
-    def _prune(self, fp32: Path, out: Path, flavour: Any, ranges: Path | None, manual: list[str],
-               excluded: list[str], reference: list, ev: SampleSet, tol: Any, attempts: list) -> list[str]:
-        """Exclusion doubles each round, so it overshoots: put nodes back (most recent first) while the
-        tolerance still holds. Leaves `out` quantized with the final exclusion list."""
-        keep = list(excluded)
-        trial = out.with_name("prune.onnx")
-        for node in list(reversed(excluded))[:MAX_PRUNE_TRIES]:
-            candidate = [n for n in keep if n != node]
-            quantize(fp32, trial, flavour, ranges, self.ctx.config.quantize.calib_method, manual + candidate)
-            acc = evaluate(trial, reference, ev)
-            ok = check_tolerance(acc, tol.cosine, tol.max_abs, tol.top1) is None
-            attempts.append({"round": f"prune {node}", "excluded": len(manual) + len(candidate),
-                             "accuracy": _brief(acc), "passed": ok})
-            if ok:
-                keep = candidate
-                trial.replace(out)
-        trial.unlink(missing_ok=True)  # `out` holds the last configuration that passed
-        return keep
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         q = self.ctx.config.quantize
         fp32 = workdir / "fp32-named.onnx"
         name_nodes(artifact.path, fp32)
-        specs, _ = io_specs(load_onnx(fp32, load_weights=False))
+        model = load_onnx(fp32, load_weights=False)
+        graph = model.graph
+        specs, _ = io_specs(model)
         calib, ev = split_calibration(q, specs, holdout_needed=True)
-        flavour = resolve_flavour(q.flavour, self.ctx.target, looks_like_encoder(op_histogram(load_onnx(fp32, False))))
+        flavour = resolve_flavour(q.flavour, self.ctx.target, looks_like_encoder(op_histogram(model)))
         candidates = candidate_nodes(fp32, flavour)
-        all_names = {n.name: n.op_type for n in load_onnx(fp32, load_weights=False).graph.node}
-        unknown = [n for n in q.exclude_nodes if n not in all_names]
-        if unknown:
-            raise UsageError(f"--exclude {unknown[0]}: no node of that name",
-                             hint=f"quantizable nodes include: {', '.join(candidates[:8])}{' ...' if len(candidates) > 8 else ''}")
-        manual = sorted(set(q.exclude_nodes) | {n for n, op in all_names.items() if op in q.exclude_ops})
+        units, total_flops = compute_units(fp32, flavour, self._origins())
+        nodes = [n.name for n in graph.node]
+        modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in self._origins()])
+        manual = sorted(set(resolve_excludes(q.exclude_nodes, nodes, modules))
+                        | {n.name for n in graph.node if n.op_type in q.exclude_ops})
         ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
         if flavour.static:
             ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
@@ -153,49 +139,62 @@ class QuantizeInt8Stage(Stage):
         reference, _ = run_model(fp32, ev)
         tol = self.tolerance()
         out = workdir / "model.onnx"
-        excluded_auto: list[str] = []
-        attempts: list[dict[str, Any]] = []
-        latency_first = None
-        for round_no in range(MAX_FALLBACK_ROUNDS + 1):
-            exclude = manual + excluded_auto
-            counts = quantize(fp32, out, flavour, ranges, q.calib_method, exclude)
-            acc = evaluate(out, reference, ev)
-            failure = check_tolerance(acc, tol.cosine, tol.max_abs, tol.top1)
-            attempts.append({"round": round_no, "excluded": len(exclude), "accuracy": _brief(acc),
-                             "passed": failure is None, **counts})
-            if round_no == 0:
-                latency_first = _quick_latency(out, ev)
-            if failure is None or not q.fallback:
-                break
-            remaining = [c for c in candidates if c not in exclude]
-            if not remaining:
-                break
-            damage = node_damage(fp32, out, remaining, ev)
-            ranked = [n for n, d in sorted(damage.items(), key=lambda kv: -kv[1]) if d > 0]
-            if not ranked:
-                ranked = remaining  # no local signal: fall back to graph order
-            excluded_auto += ranked[:2 ** round_no]
-        if excluded_auto and attempts[-1]["passed"]:
-            excluded_auto = self._prune(fp32, out, flavour, ranges, manual, excluded_auto, reference, ev, tol, attempts)
-        final_acc = evaluate(out, reference, ev)
-        final_acc["reference"] = "fp32-onnx"
-        if excluded_auto:
-            counts = int8_op_counts(out)
-            final_acc["int8_ops_after_fallback"] = counts["quantize_linear"] + counts["dynamic_quantize"]
+        qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
+        counts = qz.write(out, [])
+        first = evaluate(out, reference, ev)
+        failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
         fallback = None
-        if excluded_auto:
-            fallback = {"excluded_nodes": excluded_auto,
-                        "accuracy_before": attempts[0]["accuracy"], "accuracy_after": _brief(final_acc),
-                        "latency_p50_ms_before": latency_first, "latency_p50_ms_after": _quick_latency(out, ev),
-                        "rounds": len(attempts) - 1}
+        excluded: list[str] = []
+        float_nodes: set[str] = set()
+        if failure is not None and q.fallback and units:
+            latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
+            result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
+            excluded = sorted(result.best.excluded)
+            float_nodes = {n for u in units if u.node in result.best.excluded for n in u.nodes}
+            if excluded:
+                counts = qz.write(out, excluded)
+            latency["after"] = _quick_latency(out, ev) if excluded else latency["before"]
+            fallback.update(accuracy_before=_brief(first), latency_p50_ms_fp32=latency["fp32"],
+                            latency_p50_ms_before=latency["before"], latency_p50_ms_after=latency["after"])
+            if excluded and latency["after"] >= latency["fp32"]:
+                # Float units between INT8 ones cost layout changes and Q/DQ: on ResNet-50 (u8s8) 18
+                # units in float ran at 0.88x FP32 while plain INT8 ran at 2.07x (docs/benchmarks/fallback.md).
+                fallback["warning"] = (f"the result ran no faster than FP32 (p50 {latency['after']} ms vs "
+                                       f"{latency['fp32']} ms, a quick measurement): loosen the tolerance, or "
+                                       "keep whole blocks in float with --exclude")
+        final_acc = evaluate(out, reference, ev) if excluded else dict(first)
+        final_acc["reference"] = "fp32-onnx"
+        if fallback is not None:
+            fallback["accuracy_after"] = _brief(final_acc)
+            missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
+            if missed:
+                final_acc["fallback_closest"] = closest_summary(fallback)
+                if self._cpu_candidates_follow():
+                    final_acc["gate_deferred_to"] = "build-cpu"
+        if excluded:
+            c = int8_op_counts(out)
+            final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
         fp32.unlink()
         details = {"flavour": flavour.to_json(), "calibration": calib_info,
                    "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                                   "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
-                   "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback, "attempts": attempts,
-                   "quantized_nodes": len([c for c in candidates if c not in manual + excluded_auto])}
+                   "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
+                   "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
+                                 "passed": failure is None, **counts}],
+                   "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
         if self.ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
             require_clean(out, "the INT8 ONNX")
         return StageResult(Artifact(out, "onnx", precision="int8", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": f"int8-{flavour.name}"}), details, accuracy=final_acc)
+
+    def _origins(self) -> list[Path]:
+        """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
+        seen = self.ctx.facts.get("artifacts", {}).values()
+        return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]
+
+    def _cpu_candidates_follow(self) -> bool:
+        """Whether build-cpu will try its own INT8 candidates (OpenVINO, NNCF) after this stage."""
+        from optcli.cpu.options import cpu_config, installed
+
+        return self.ctx.target == "cpu" and installed("openvino") and cpu_config(self.ctx.config).backend != "onnxruntime"
 

@@ -71,7 +71,10 @@ def _npz_dir(root: Path, name: str, key: str, shape: tuple[int, ...], n_files: i
     return d
 
 
-def test_fallback_rescues_outlier_model(models: Path, tmp_path: Path) -> None:
+def test_fallback_finds_the_outlier_layer_and_never_keeps_everything(models: Path, tmp_path: Path) -> None:
+    """fc2's input carries the outlier, but fc1's error is magnified 1000x in that channel too: no
+    configuration with a compute layer left in INT8 meets 0.99. The search must name fc2 first, stay
+    monotone, refuse the all-float "INT8", and hand over to build-cpu's own INT8 candidates."""
     calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
     model = f"{models / 'nets.py'}:outlier"
     plain = api.compile(model, out=tmp_path / "plain", int8=True, calib=calib, fallback=False, check=False,
@@ -80,16 +83,24 @@ def test_fallback_rescues_outlier_model(models: Path, tmp_path: Path) -> None:
     stage = plain.stage("quantize-int8")
     assert stage.accuracy["cosine_mean"] < 0.9, "plain INT8 should break this model"
 
-    rescued = api.compile(model, out=tmp_path / "rescued", int8=True, calib=calib, check=False, bench=False)
-    assert rescued.status == "ok", rescued.error
-    st = rescued.stage("quantize-int8")
+    run = api.compile(model, out=tmp_path / "fb", int8=True, calib=calib, check=False, bench=False)
+    st = run.stage("quantize-int8")
     fb = st.details["fallback"]
-    assert "node_linear_1" in fb["excluded_nodes"], fb  # fc2, whose input carries the outlier
-    assert fb["accuracy_before"]["cosine_mean"] < 0.9 <= 0.99 <= fb["accuracy_after"]["cosine_mean"]
-    assert st.details["quantized_nodes"] >= 1, "fallback must not simply exclude everything"
-    assert st.accuracy["cosine_mean"] >= 0.99
+    assert fb["ranking"][0]["module"] == "fc2", fb["ranking"]
+    assert "fc2" in [u["module"] for u in fb["kept_in_float"]]
+    assert "node_linear_1" in fb["excluded_nodes"]
+    assert len(fb["kept_in_float"]) < fb["units"], "everything in float is not an INT8 result"
+    cosines = [r["cosine"] for r in fb["rounds"]]
+    assert cosines == sorted(cosines), "accuracy decreased between rounds"
+    assert fb["accuracy_before"]["cosine_mean"] < 0.5 < 0.9 < fb["accuracy_after"]["cosine_mean"]
     assert fb["latency_p50_ms_before"] > 0 and fb["latency_p50_ms_after"] > 0
-    report = json.loads((tmp_path / "rescued" / "report.json").read_text())
+    assert fb["seconds"] <= fb["budget_s"] and fb["evaluations"] >= 4
+    assert st.accuracy["gate_deferred_to"] == "build-cpu"
+    built = run.stage("build-cpu")
+    assert built.status in ("ok", "failed")
+    tried = {c["name"]: c["status"] for c in built.details["candidates"]}
+    assert tried.get("openvino-int8-nncf") in ("passed", "failed"), tried  # NNCF had its turn
+    report = json.loads((tmp_path / "fb" / "report.json").read_text())
     stage_json = next(s for s in report["stages"] if s["name"] == "quantize-int8")
     assert stage_json["details"]["fallback"]["excluded_nodes"] == fb["excluded_nodes"]
 
@@ -97,8 +108,9 @@ def test_fallback_rescues_outlier_model(models: Path, tmp_path: Path) -> None:
 def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None:
     calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
     model = f"{models / 'nets.py'}:outlier"
+    # fc1's INT8 error is magnified 1000x in the outlier channel: 0.96 is this model's best with fc1 INT8.
     r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, fallback=False, check=False,
-                    exclude_nodes=["node_linear_1", "node_linear_2"], bench=False)
+                    exclude_nodes=["node_linear_1", "node_linear_2"], bench=False, cosine=0.9)
     assert r.status == "ok", r.error
     assert r.stage("quantize-int8").details["excluded_by_user"] == ["node_linear_1", "node_linear_2"]
     r = api.compile(model, out=tmp_path / "o2", int8=True, calib=calib, fallback=False, check=False,
@@ -106,6 +118,10 @@ def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None
     assert r.status == "ok" and r.stage("quantize-int8").details["quantized_nodes"] == 0
     with pytest.raises(UsageError, match="no node of that name"):
         api.compile(model, out=tmp_path / "o3", int8=True, calib=calib, exclude_nodes=["nope"], bench=False)
+    # Module paths and globs name the same nodes (the exporter recorded fc2 -> node_linear_1).
+    r = api.compile(model, out=tmp_path / "o4", int8=True, calib=calib, fallback=False, check=False,
+                    exclude_nodes=["fc2", "fc[3]"], bench=False, cosine=0.9)
+    assert r.stage("quantize-int8").details["excluded_by_user"] == ["node_linear_1", "node_linear_2"]
 
 
 def test_cnn_int8_qdq_u8s8_passes_gate_and_caches_ranges(models: Path, tmp_path: Path) -> None:
@@ -198,13 +214,18 @@ def test_tight_tolerance_fails_with_exit_code_3(models: Path, tmp_path: Path) ->
                     cosine=0.9999999, bench=False)
 
 
-def test_fallback_that_excludes_everything_fails_the_gate(models: Path, tmp_path: Path) -> None:
-    """An 'INT8' model with every node back in float is not an INT8 result: exit 3, said plainly."""
+def test_fallback_that_misses_names_the_closest_result(models: Path, tmp_path: Path) -> None:
+    """Missing the tolerance even after the fallback: exit 3, naming the closest result (its accuracy,
+    speed and the layers it kept in float, in module names), which stays in the stage folder."""
     calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
     r = api.compile(f"{models / 'nets.py'}:outlier", out=tmp_path / "o", int8=True, calib=calib, check=False,
-                    bench=False, cosine=0.9999999)
+                    bench=False, cosine=0.9999999, backend="onnxruntime")
     assert r.status == "failed" and r.exit_code == 3
-    assert "no node could stay INT8" in r.error["message"], r.error
+    message = r.error["message"]
+    assert "closest: mean cosine" in message and "fc2" in message and "FP32's speed" in message, message
+    assert "no node could stay INT8" not in message
+    kept = tmp_path / "o" / r.stage("quantize-int8").artifact
+    assert kept.is_file()
 
 
 def _damage(ranges: Path, check: Path, good: str, damage: str) -> None:

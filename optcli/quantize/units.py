@@ -1,0 +1,121 @@
+"""The unit of INT8 fallback: a quantized compute op with the Q/DQ that feed it.
+
+Keeping a unit in float removes its weight and input quantization. Activations, reshapes and the
+other ops a flavour quantizes only to keep chains in INT8 are never units of their own: taking the
+Q/DQ off a Relu leaves the Conv beside it in INT8, so accuracy does not move (issue 13's ResNet-50
+run). They belong to the unit they feed: a quantized Relu puts Q/DQ on its output, which is the next
+op's input, so keeping that op in float takes the Relu (and any Flatten/Reshape chain) with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optcli.onnx_model import load_onnx
+from optcli.quantize.flavour import Flavour
+from optcli.quantize.module_names import node_modules
+
+# Ops that compute (weights, or arithmetic on two activations, or a window): quantizing their inputs
+# is what costs accuracy and what buys speed.
+COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "MultiHeadAttention", "Add", "Mul",
+               "MaxPool", "AveragePool", "GlobalAveragePool")
+
+
+@dataclass
+class Unit:
+    node: str               # ONNX node name of the compute op (the unit's id)
+    op_type: str
+    module: str | None      # PyTorch module path, where the exporter recorded it
+    flops: float            # per sample (batch 1)
+    order: int              # position in the graph
+    nodes: tuple[str, ...] = ()  # what nodes_to_exclude gets: the op and the pass-through ops feeding it
+
+    @property
+    def label(self) -> str:
+        return self.module or self.node
+
+    def to_json(self, total_flops: float) -> dict[str, Any]:
+        return {"node": self.node, "module": self.module, "op_type": self.op_type, "nodes": list(self.nodes),
+                "flops_share": round(self.flops / total_flops, 6) if total_flops else 0.0}
+
+
+def compute_units(model_path: Path, flavour: Flavour, origins: list[Path] = ()) -> tuple[list[Unit], float]:
+    """(units in graph order, the model's total FLOPs per sample) for what `flavour` quantizes."""
+    model = load_onnx(model_path)
+    modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in origins if p.exists()])
+    flops = node_flops(model)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    units = [Unit(n.name, n.op_type, modules.get(n.name), flops.get(n.name, 0.0), i,
+                  (n.name, *_feeders(n, producer, flavour.op_types)))
+             for i, n in enumerate(model.graph.node) if n.op_type in COMPUTE_OPS and n.op_type in flavour.op_types]
+    return units, float(sum(flops.values()))
+
+
+def _feeders(node: Any, producer: dict[str, Any], quantized: tuple[str, ...]) -> list[str]:
+    """Quantized non-compute ops upstream of `node` (Relu, Flatten, Reshape ...) up to the previous
+    compute op: the Q/DQ on their outputs are `node`'s input quantization."""
+    out: list[str] = []
+    stack = [t for t in node.input if t in producer]
+    while stack:
+        p = producer[stack.pop()]
+        if p.op_type in COMPUTE_OPS or p.op_type not in quantized or p.name in out:
+            continue
+        out.append(p.name)
+        stack += [t for t in p.input[:1] if t in producer]
+    return out
+
+
+def _shapes(model: Any) -> dict[str, list[int]]:
+    """Static shapes of every tensor at batch 1 (symbolic dims taken as 1)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                d.dim_value = 1
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # shape inference can fail on custom ops: FLOPs are then partial, not wrong
+        pass
+    out = {}
+    for vi in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            out[vi.name] = [d.dim_value for d in dims]
+    for init in m.graph.initializer:
+        out[init.name] = list(init.dims)
+    return out
+
+
+def node_flops(model: Any) -> dict[str, float]:
+    """{node: FLOPs per sample} for the compute ops (multiply-adds count 2), from static shapes."""
+    shapes = _shapes(model)
+    out: dict[str, float] = {}
+    for node in model.graph.node:
+        ins = [shapes.get(t) for t in node.input]
+        res = shapes.get(node.output[0]) if node.output else None
+        if res is None:
+            continue
+        n_out = float(np.prod(res)) if res else 1.0
+        if node.op_type in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
+            w = ins[1]
+            per_out = float(np.prod(w[1:]))  # Cin/group x kernel
+            if node.op_type == "ConvTranspose" and ins[0]:
+                n_out = float(np.prod(ins[0]))
+                per_out = float(np.prod(w[1:]))
+            out[node.name] = 2.0 * n_out * per_out
+        elif node.op_type in ("MatMul", "Gemm") and ins and ins[0]:
+            k = ins[0][-1]
+            for a in node.attribute:
+                if a.name == "transA" and a.i and len(ins[0]) >= 2:
+                    k = ins[0][-2]
+            out[node.name] = 2.0 * n_out * k
+        elif node.op_type in COMPUTE_OPS:
+            window = ins[0] and res and float(np.prod(ins[0])) / max(n_out, 1.0)
+            out[node.name] = n_out * max(1.0, float(window or 1.0))
+    return out

@@ -1,0 +1,122 @@
+"""Fallback units and module names on graphs built inline with onnx.helper."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.errors import UsageError
+from optcli.quantize.flavour import TABLE
+from optcli.quantize.module_names import module_path, node_modules, resolve_excludes
+from optcli.quantize.units import compute_units
+
+
+def _node(op: str, ins: list[str], outs: list[str], name: str, scopes: str | None = None, **attrs) -> onnx.NodeProto:
+    n = helper.make_node(op, ins, outs, name=name, **attrs)
+    if scopes:
+        p = n.metadata_props.add()
+        p.key, p.value = "pkg.torch.onnx.name_scopes", scopes
+    return n
+
+
+def test_torchscript_names_become_module_paths() -> None:
+    n = _node("Relu", ["a"], ["b"], "/m/resnet/encoder/stages.1/layers.0/layer/layer.1/activation/Relu")
+    assert module_path(n) == "m.resnet.encoder.stages.1.layers.0.layer.1.activation"
+    assert module_path(_node("Conv", ["a"], ["b"], "/encoder/encoder.0/conv/Conv")) == "encoder.0.conv"
+    assert module_path(_node("Gemm", ["a"], ["b"], "node_linear_1")) is None
+
+
+def test_dynamo_name_scopes_win_over_the_node_name() -> None:
+    n = _node("Conv", ["a"], ["b"], "node_conv2d", "['', 'encoder', 'encoder.0', 'encoder.0.conv', 'conv2d']")
+    assert module_path(n) == "encoder.0.conv"
+
+
+def test_metadata_dropped_by_a_rewrite_is_found_in_an_earlier_graph() -> None:
+    early = helper.make_model(helper.make_graph(
+        [_node("Relu", ["x"], ["y"], "node_relu", "['', 'body', 'body.act', 'relu']")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
+    late = onnx.ModelProto()
+    late.CopyFrom(early)
+    del late.graph.node[0].metadata_props[:]
+    assert node_modules(late) == {}
+    assert node_modules(late, early) == {"node_relu": "body.act"}
+
+
+def test_exclude_patterns_take_node_names_module_paths_and_globs() -> None:
+    nodes = ["n0", "n1", "n2", "n3"]
+    modules = {"n0": "encoder.layer.10.attn", "n1": "encoder.layer.11.attn.q", "n2": "encoder.layer.11.ffn", "n3": "head"}
+    assert resolve_excludes(["n3"], nodes, modules) == ["n3"]
+    assert resolve_excludes(["encoder.layer.11"], nodes, modules) == ["n1", "n2"]
+    assert resolve_excludes(["encoder.layer.11.*"], nodes, modules) == ["n1", "n2"]
+    assert resolve_excludes(["*.attn*", "head"], nodes, modules) == ["n0", "n1", "n3"]
+    for unknown in ("decoder.*", "encoder.layer.1"):  # a module path is not a string prefix
+        with pytest.raises(UsageError, match="no node of that name"):
+            resolve_excludes([unknown], nodes, modules)
+
+
+@pytest.fixture
+def cnn(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w2")
+    wf = numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), "wf")
+    nodes = [_node("Conv", ["x", "w1"], ["c1"], "/body/conv1/Conv", pads=[1, 1, 1, 1]),
+             _node("Relu", ["c1"], ["r1"], "/body/act1/Relu"),
+             _node("Conv", ["r1", "w2"], ["c2"], "/body/conv2/Conv", pads=[1, 1, 1, 1]),
+             _node("Add", ["c2", "r1"], ["s"], "/body/Add"),
+             _node("GlobalAveragePool", ["s"], ["p"], "/pool/GlobalAveragePool"),
+             _node("Flatten", ["p"], ["f"], "/Flatten"),
+             _node("Gemm", ["f", "wf"], ["y"], "/head/Gemm", transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])], [w1, w2, wf])
+    path = tmp_path / "cnn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_units_are_compute_ops_with_the_pass_through_ops_that_feed_them(cnn: Path) -> None:
+    units, total = compute_units(cnn, TABLE["qdq-u8s8"])
+    by_module = {u.module: u for u in units}
+    assert [u.op_type for u in units] == ["Conv", "Conv", "Add", "GlobalAveragePool", "Gemm"]
+    assert "body.act1" not in by_module, "a Relu is never a unit of its own"
+    assert by_module["body.conv2"].nodes == ("/body/conv2/Conv", "/body/act1/Relu")
+    assert by_module["head"].nodes == ("/head/Gemm", "/Flatten")
+    assert by_module["body.conv1"].flops == 2 * 8 * 16 * 16 * 3 * 9
+    assert by_module["body.conv2"].flops == 2 * 8 * 16 * 16 * 8 * 9
+    assert by_module["head"].flops == 2 * 10 * 8
+    assert total == pytest.approx(sum(u.flops for u in units))
+    tensorrt_units, _ = compute_units(cnn, TABLE["qdq-s8s8"])
+    assert [u.op_type for u in tensorrt_units] == ["Conv", "Conv", "Gemm"], "only what the flavour quantizes"
+    assert tensorrt_units[1].nodes == ("/body/conv2/Conv",), "an unquantized Relu has no Q/DQ to remove"
+
+
+@pytest.mark.parametrize("flavour", ["qdq-u8s8", "qdq-s8s8"])
+def test_a_unit_kept_in_float_reads_float_inputs(cnn: Path, tmp_path: Path, flavour: str) -> None:
+    """The class of bug behind 'excluding it changed nothing': ONNX Runtime quantizes a Conv's output
+    too, so the next Conv's input Q/DQ survives nodes_to_exclude. A unit in float must read no
+    DequantizeLinear at all (weights nor activations), and the rest must stay INT8."""
+    from optcli.calibration.dataset import SampleSet
+    from optcli.onnx_model import load_onnx
+    from optcli.quantize.calibrate import compute_ranges
+    from optcli.quantize.evaluate import run_model
+    from optcli.quantize.fallback import Quantizer
+
+    fl = TABLE[flavour]
+    units, _ = compute_units(cnn, fl)
+    x = np.random.default_rng(1).standard_normal((16, 3, 16, 16)).astype(np.float32)
+    samples = SampleSet({"x": x}, None, "test", "npz")
+    ranges, _ = compute_ranges(cnn, "sha", samples, "minmax", fl.activation_symmetric, fl.op_types, tmp_path / "c")
+    qz = Quantizer(cnn, fl, ranges, "minmax", [], {u.node: u.nodes for u in units})
+    out = tmp_path / "q.onnx"
+    qz.write(out, ["/body/conv2/Conv"])
+    graph = load_onnx(out).graph
+    producer = {o: n for n in graph.node for o in n.output}
+    conv2 = next(n for n in graph.node if n.name == "/body/conv2/Conv")
+    assert all(producer.get(t) is None or producer[t].op_type != "DequantizeLinear" for t in conv2.input)
+    conv1 = next(n for n in graph.node if n.name == "/body/conv1/Conv")
+    assert all(producer[t].op_type == "DequantizeLinear" for t in conv1.input[:2]), "conv1 must stay INT8"
+    outs, _ = run_model(out, samples)  # the rewired graph still runs
+    assert outs[0].shape == (16, 10) and np.isfinite(outs[0]).all()
