@@ -51,9 +51,10 @@ def cli(debug: bool) -> None:
 
 
 def _print_error(message: str, hint: str | None) -> None:
-    click.secho(f"error: {message}", fg="red", err=True)
+    """`error: ...` and `hint: ...`, one line each, whatever the message holds (a file name with a newline)."""
+    click.secho(f"error: {' '.join(str(message).splitlines())}", fg="red", err=True)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        click.echo(f"hint: {' '.join(str(hint).splitlines())}", err=True)
 
 
 def _raise_terminated(_signum: int, _frame: Any) -> None:

@@ -42,7 +42,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
                        calib_samples: int | None = None, measure: int = DEFAULT_MEASURED,
                        cosine: float | None = None) -> dict[str, Any]:
     """Per-unit INT8 sensitivity of an ONNX model (see the module docstring); a JSON-able dict."""
-    from optcli.stages.quantize_int8 import split_calibration  # the stage's own calib/eval split
+    from optcli.calibration.split import split_calibration  # the INT8 stage's own calib/eval split
 
     path = Path(model)
     if path.suffix != ".onnx" or not path.is_file():

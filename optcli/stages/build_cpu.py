@@ -35,7 +35,6 @@ from optcli.tensor_spec import random_inputs
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999
-RANDOM_EVAL_SAMPLES = 32
 OV_HINTS = {"fp32": "f32", "bf16": "bf16"}
 QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_ms": 20.0, "switch_ms": 5.0}
 
@@ -163,16 +162,12 @@ class BuildCpuStage(Stage):
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
         else random inputs (an FP32/BF16 run without --calib/--eval)."""
-        from optcli.stages.quantize_int8 import split_calibration
+        from optcli.calibration.split import evaluation_set, split_calibration
 
         q = self.ctx.config.quantize
         if q.precision == "int8":
             return split_calibration(q, specs, holdout_needed=True)
-        if q.calib is not None or q.eval is not None:
-            source = q if q.calib is not None else type(q)(**{**q.__dict__, "calib": q.eval})
-            return None, split_calibration(source, specs, holdout_needed=False)[1]
-        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=self.ctx.int_high)
-        return None, SampleSet(arrays, None, "random inputs", "random")
+        return None, evaluation_set(q, specs, self.ctx.inputs, self.ctx.int_high)
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
@@ -291,13 +286,16 @@ class BuildCpuStage(Stage):
     def _requantize(self, float_art: Artifact, folder: Path, fallback: bool) -> tuple[Path, dict[str, Any]]:
         """s8/s8 Q/DQ (symmetric int8 activations, zero point 0) through the quantize stage itself:
         same calibration data and range cache, same gate and automatic fallback."""
-        from optcli.stages.quantize_int8 import QuantizeInt8Stage
+        from optcli.quantize.int8_with_fallback import quantize_int8
 
         config = copy.deepcopy(self.ctx.config)
         config.quantize.flavour = "qdq-s8s8"
         config.quantize.fallback = config.quantize.fallback and fallback
         folder.mkdir(parents=True, exist_ok=True)
-        result = QuantizeInt8Stage(dataclasses.replace(self.ctx, config=config)).run(float_art, folder)
+        a = config.accuracy
+        artifact, details, accuracy = quantize_int8(dataclasses.replace(self.ctx, config=config), float_art, folder,
+                                                    effective("int8", a.cosine, a.max_abs, a.top1))
+        result = StageResult(artifact, details, accuracy=accuracy)
         d = result.details
         why_off = "another OpenVINO INT8 candidate already meets the tolerance" if not fallback else "--no-fallback"
         info = {"flavour": "int8-qdq-s8s8", "quantize_attempts": len(d.get("attempts", [])),

@@ -9,6 +9,7 @@ from typing import Any
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.calibration.dataset import SampleSet
+from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
 from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
@@ -16,8 +17,6 @@ from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
 from optcli.runtime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.stages.quantize_int8 import split_calibration
-from optcli.tensor_spec import random_inputs
 from optcli.tensorrt.preflight import require_clean
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",
@@ -25,7 +24,6 @@ SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow
                  "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "BatchNormalization"]
 # onnxruntime's CPU NCHWc layout transformer has crashed on FP16 graphs; it only helps FP32 convs.
 RUNNER_OPTIONS = {"disabled_optimizers": ["NchwcTransformer"]}
-RANDOM_EVAL_SAMPLES = 32
 
 
 @register
@@ -55,14 +53,7 @@ class QuantizeFp16Stage(Stage):
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
 
     def _eval_set(self) -> SampleSet:
-        q = self.ctx.config.quantize
-        if q.eval is not None or q.calib is not None:
-            if q.calib is None:
-                q_calib = type(q)(**{**q.__dict__, "calib": q.eval})
-                return split_calibration(q_calib, self.ctx.inputs, holdout_needed=False)[1]
-            return split_calibration(q, self.ctx.inputs, holdout_needed=False)[1]
-        arrays = random_inputs(self.ctx.inputs, RANDOM_EVAL_SAMPLES, seed=3, int_high=self.ctx.int_high)
-        return SampleSet(arrays, None, "random inputs", "random")
+        return evaluation_set(self.ctx.config.quantize, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high)
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         float16 = require("onnxruntime.transformers.float16", "FP16 conversion")

@@ -1,11 +1,6 @@
 """Stage quantize-int8: INT8 on the ONNX graph with calibration data, an accuracy gate against FP32
-on held-out data, and automatic fallback that keeps the units that break INT8 in float.
-
-Quantize -> evaluate -> if the tolerance holds, done; else the fallback search (quantize/fallback.py)
-finds the compute units to keep in float within --fallback-budget, and the report names them in
-the user's module paths. Missing the tolerance even then: the closest result stays in the folder,
-and with --target cpu build-cpu's own INT8 candidates (NNCF, ...) try before the run gives up.
-"""
+on held-out data, and automatic fallback that keeps the units that break INT8 in float. The work is
+optcli/quantize/int8_with_fallback.py (build-cpu's s8/s8 candidate calls it too)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,61 +8,9 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
-from optcli.calibration.dataset import SampleSet, load_samples
-from optcli.errors import UsageError
-from optcli.latency import stats_from_samples, time_calls
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
-from optcli.quantize.calibrate import compute_ranges
-from optcli.quantize.evaluate import evaluate, run_model
-from optcli.quantize.flavour import resolve_flavour
-from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
-from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
-from optcli.quantize.module_names import node_modules, resolve_excludes
-from optcli.quantize.units import compute_units
+from optcli.quantize.int8_with_fallback import quantize_int8
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.tensorrt.preflight import require_clean
-
-MAX_EVAL_SAMPLES = 512
-
-
-def split_calibration(cfg: Any, specs: list, holdout_needed: bool) -> tuple[SampleSet, SampleSet]:
-    """(calibration set, evaluation set): --eval DIR, else the calibration samples not used to calibrate."""
-    q = cfg
-    if q.eval is not None:
-        calib = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, limit=q.calib_samples,
-                             minimum=q.calib_samples or 1)
-        ev = load_samples(Path(q.eval), specs, None, {}, limit=MAX_EVAL_SAMPLES, minimum=1, what="evaluation")
-        return calib, ev
-    data = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, minimum=(q.calib_samples or 1))
-    n = len(data)
-    n_calib = min(q.calib_samples or max(1, (n * 3) // 4), n)
-    if n - n_calib < 2:
-        if holdout_needed:
-            raise UsageError(f"no held-out samples for the accuracy check: {n} samples, {n_calib} used to calibrate",
-                             hint="pass --eval DIR, or lower --calib-samples so some samples are left over")
-        return data, data
-    return data.take(slice(0, n_calib)), data.take(slice(n_calib, min(n, n_calib + MAX_EVAL_SAMPLES)))
-
-
-def _quick_latency(path: Path, samples: SampleSet) -> float:
-    """p50 ms at batch 1 (ORT, all optimizations): the before/after figure of the fallback."""
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
-
-    runner = OnnxRuntimeRunner(path)
-    try:
-        feeds = runner.normalize(samples.take(slice(0, 1)).arrays)
-        stats = stats_from_samples(time_calls(lambda: runner.run_normalized(feeds), runs=30, min_seconds=0.3,
-                                              max_seconds=2.0), 1, runner.backend)
-    finally:
-        runner.close()
-    return round(stats.p50, 4)
-
-
-def _brief(acc: dict[str, Any]) -> dict[str, Any]:
-    keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy", "top1_accuracy_reference")
-    return {k: round(acc[k], 6) for k in keys if k in acc}
-
 
 
 @register
@@ -117,84 +60,5 @@ class QuantizeInt8Stage(Stage):
         return failure
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        q = self.ctx.config.quantize
-        fp32 = workdir / "fp32-named.onnx"
-        name_nodes(artifact.path, fp32)
-        model = load_onnx(fp32, load_weights=False)
-        graph = model.graph
-        specs, _ = io_specs(model)
-        calib, ev = split_calibration(q, specs, holdout_needed=True)
-        flavour = resolve_flavour(q.flavour, self.ctx.target, looks_like_encoder(op_histogram(model)))
-        candidates = candidate_nodes(fp32, flavour)
-        units, total_flops = compute_units(fp32, flavour, self._origins())
-        nodes = [n.name for n in graph.node]
-        modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in self._origins()])
-        manual = sorted(set(resolve_excludes(q.exclude_nodes, nodes, modules))
-                        | {n.name for n in graph.node if n.op_type in q.exclude_ops})
-        ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
-        if flavour.static:
-            ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
-                                                flavour.activation_symmetric, flavour.op_types,
-                                                self.ctx.out_dir / "calibration-cache", force=self.ctx.config.force)
-        reference, _ = run_model(fp32, ev)
-        tol = self.tolerance()
-        out = workdir / "model.onnx"
-        qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
-        counts = qz.write(out, [])
-        first = evaluate(out, reference, ev)
-        failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
-        fallback = None
-        excluded: list[str] = []
-        float_nodes: set[str] = set()
-        if failure is not None and q.fallback and units:
-            latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
-            result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
-            excluded = sorted(result.best.excluded)
-            float_nodes = {n for u in units if u.node in result.best.excluded for n in u.nodes}
-            if excluded:
-                counts = qz.write(out, excluded)
-            latency["after"] = _quick_latency(out, ev) if excluded else latency["before"]
-            fallback.update(accuracy_before=_brief(first), latency_p50_ms_fp32=latency["fp32"],
-                            latency_p50_ms_before=latency["before"], latency_p50_ms_after=latency["after"])
-            if excluded and latency["after"] >= latency["fp32"]:
-                # Float units between INT8 ones cost layout changes and Q/DQ: on ResNet-50 (u8s8) 18
-                # units in float ran at 0.88x FP32 while plain INT8 ran at 2.07x (docs/benchmarks/fallback.md).
-                fallback["warning"] = (f"the result ran no faster than FP32 (p50 {latency['after']} ms vs "
-                                       f"{latency['fp32']} ms, a quick measurement): loosen the tolerance, or "
-                                       "keep whole blocks in float with --exclude")
-        final_acc = evaluate(out, reference, ev) if excluded else dict(first)
-        final_acc["reference"] = "fp32-onnx"
-        if fallback is not None:
-            fallback["accuracy_after"] = _brief(final_acc)
-            missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
-            if missed:
-                final_acc["fallback_closest"] = closest_summary(fallback)
-                if self._cpu_candidates_follow():
-                    final_acc["gate_deferred_to"] = "build-cpu"
-        if excluded:
-            c = int8_op_counts(out)
-            final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
-        fp32.unlink()
-        details = {"flavour": flavour.to_json(), "calibration": calib_info,
-                   "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
-                                  "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
-                   "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
-                   "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
-                                 "passed": failure is None, **counts}],
-                   "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
-        if self.ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
-            require_clean(out, "the INT8 ONNX")
-        return StageResult(Artifact(out, "onnx", precision="int8", stage=self.name, parent=artifact.sha256,
-                                    meta={"flavour": f"int8-{flavour.name}"}), details, accuracy=final_acc)
-
-    def _origins(self) -> list[Path]:
-        """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
-        seen = self.ctx.facts.get("artifacts", {}).values()
-        return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]
-
-    def _cpu_candidates_follow(self) -> bool:
-        """Whether build-cpu will try its own INT8 candidates (OpenVINO, NNCF) after this stage."""
-        from optcli.cpu.options import cpu_config, installed
-
-        return self.ctx.target == "cpu" and installed("openvino") and cpu_config(self.ctx.config).backend != "onnxruntime"
-
+        out, details, accuracy = quantize_int8(self.ctx, artifact, workdir, self.tolerance(), self.name)
+        return StageResult(out, details, accuracy=accuracy)

@@ -166,3 +166,20 @@ def test_no_import_cycles_in_the_package() -> None:
     cycles = sorted((a, b) for a in graph for b in graph[a] if reaches(b, a))
     assert not cycles, f"import cycles through: {cycles[:5]}"
 
+
+
+def test_no_stage_module_imports_another_stage() -> None:
+    import ast
+    from pathlib import Path
+
+    import optcli.stages
+
+    folder = Path(optcli.stages.__file__).parent
+    stages = {f.stem for f in folder.glob("*.py") if f.stem not in ("__init__", "base")}
+    offenders = []
+    for f in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("optcli.stages."):
+                if node.module.rsplit(".", 1)[1] in stages and f.stem != node.module.rsplit(".", 1)[1]:
+                    offenders.append(f"{f.name} imports {node.module}")
+    assert not offenders, offenders

@@ -117,3 +117,19 @@ def test_any_stage_json_is_rebuilt_or_refused(tmp_path_factory: pytest.TempPathF
     record = next(out.glob("*-simplify/stage.json"))
     record.write_text(content)
     _one_line(*run_main(*args))
+
+
+def test_a_newline_in_a_recorded_path_stays_on_one_line(tmp_path: Path) -> None:
+    """hypothesis found it: final.artifact = "a\\nb" put a newline into the one-line error."""
+    import optcli
+    from optcli.safe_paths import verified
+
+    (tmp_path / "report.json").write_text(json.dumps({"stages": [], "status": "ok",
+                                                      "final": {"artifact": "x\nmodel.onnx", "sha256": "0" * 64}}))
+    (tmp_path / "x\nmodel.onnx").write_bytes(b"not the recorded bytes")
+    with pytest.raises(UsageError) as err:
+        optcli.load(tmp_path)
+    assert "\n" not in err.value.message
+    with pytest.raises(UsageError) as err:
+        verified(tmp_path / "x\nmodel.onnx", "0" * 64, tmp_path / "report\n.json")
+    assert "\n" not in err.value.message
