@@ -64,7 +64,9 @@ def prepare(family: str, form: str, root: Path) -> tuple[str, dict[str, Any]]:
     if form == "hf-folder" and hasattr(model, "save_pretrained"):
         model.config.architectures = [type(model).__name__]
         model.save_pretrained(str(root / "hf"))
-        return str(root / "hf"), named
+        from optcli.hf_folder import load_model_folder
+
+        return str(root / "hf"), load_model_folder(root / "hf", "auto")[1]  # the folder's own inputs
     if form == "pt2":
         batch = torch.export.Dim("batch", min=1, max=64)
         kwargs = {**named, **({"use_cache": False} if "use_cache" in
@@ -96,8 +98,6 @@ def compile_row(family: str, kind: str, form: str, precision: str, model: str, n
     out = root / f"out-{precision}"
     args = [sys.executable, "-m", "optcli", "compile", model, "--out", str(out), "--json", "--force",
             "--config", str(root / "zoo.toml"), "--target", "cpu"]
-    if form == "hf-folder":  # the folder's own default length differs from the example's: pin it
-        args += [f"--input={name}:1x{t.shape[1]}" for name, t in named.items() if name == "input_ids"]
     if precision == "int8":
         args += ["--int8", "--calib", str(_data(named, root / "calib", 0)), "--eval", str(_data(named, root / "eval", 100))]
     t0 = time.perf_counter()

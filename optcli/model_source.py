@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -246,23 +247,24 @@ def _no_cache(module: Any, given: dict[str, Any]) -> dict[str, Any]:
     return {"use_cache": False} if "use_cache" in params and "use_cache" not in given else {}
 
 
-# Output types a program may return whose pytree registration happens when their library is imported
-# (transformers' ModelOutput classes). Only these are imported, never a module a file names.
-_OUTPUT_TYPE_MODULES = ("transformers.modeling_outputs",)
+# A program may return output types whose pytree registration happens when their module is imported
+# (transformers' ModelOutput classes: BaseModelOutput, CLIPOutput...). Only modules of the installed
+# transformers package are imported for that, never another module a file names.
+_TRANSFORMERS_TYPE = re.compile(r"Deserializing (transformers(?:\.[A-Za-z0-9_]+)+)\.([A-Za-z0-9_]+) in pytree")
 
 
 def _load_pt2_with_output_types(torch: Any, path: Path, cause: str) -> Any:
-    """Retry torch.export.load after importing the library that registers the program's output types."""
-    if "in pytree is not registered" not in cause or "transformers." not in cause:
+    """Retry torch.export.load after importing the transformers module that registers an output type."""
+    match = _TRANSFORMERS_TYPE.search(cause)
+    if match is None:
         return None
     import importlib
     import importlib.util
 
-    if importlib.util.find_spec("transformers") is None:
-        return None
-    for name in _OUTPUT_TYPE_MODULES:
-        importlib.import_module(name)
     try:
+        if importlib.util.find_spec(match.group(1)) is None:
+            return None
+        importlib.import_module(match.group(1))
         return torch.export.load(str(path))
     except Exception:  # noqa: BLE001 - still not loadable: the caller reports the first cause
         return None
