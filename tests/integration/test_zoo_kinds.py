@@ -12,7 +12,7 @@ from compile_testkit import REPO, read_report, run_main
 
 pytestmark = pytest.mark.slow
 ZOO = REPO / "benchmarks" / "zoo_models.py"
-ONE_PER_KIND = ["distilbert", "llama", "t5", "resnet", "deit", "segformer", "wav2vec2", "clip", "unet"]
+ONE_PER_KIND = ["distilbert", "llama", "bart", "resnet", "deit", "segformer", "wav2vec2", "clip", "unet"]
 
 
 @pytest.fixture(scope="module", autouse=True)
