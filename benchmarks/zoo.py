@@ -159,7 +159,8 @@ def main() -> None:
     args = parser.parse_args()
     kinds = {f: k for k, fams in zoo_models.KINDS.items() for f in fams}
     rows = []
-    for i, family in enumerate(f for f in args.families.split(",") if f):
+    for family in (f for f in args.families.split(",") if f):
+        i = zoo_models.FAMILIES.index(family)  # the form depends on the family alone, however many run
         form = FORMS[i % len(FORMS)] if kinds[family] != "plain torch" else ("factory", "pt2")[i % 2]
         root = Path(args.out) / family
         root.mkdir(parents=True, exist_ok=True)
