@@ -10,7 +10,7 @@ from typing import Any
 from optcli.errors import StageError
 from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
-from optcli.quantize.flavour import Flavour
+from optcli.quantize.flavour import Flavour, reduce_range
 
 
 def name_nodes(src: Path, dst: Path) -> list[str]:
@@ -42,7 +42,8 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
             if flavour.static:
                 q.quantize_static(
                     str(src), str(dst), calibration_data_reader=None, quant_format=q.QuantFormat.QDQ,
-                    op_types_to_quantize=list(flavour.op_types), per_channel=True, reduce_range=False,
+                    op_types_to_quantize=list(flavour.op_types), per_channel=True,
+                    reduce_range=reduce_range(flavour),
                     activation_type=q.QuantType.QInt8 if flavour.activation_signed else q.QuantType.QUInt8,
                     weight_type=q.QuantType.QInt8, nodes_to_exclude=list(exclude),
                     calibrate_method={"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,

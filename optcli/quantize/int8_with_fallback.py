@@ -21,7 +21,7 @@ from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histog
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
-from optcli.quantize.flavour import resolve_flavour
+from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
 from optcli.quantize.module_names import node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
@@ -108,7 +108,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
     fp32.unlink()
-    details = {"flavour": flavour.to_json(), "calibration": calib_info,
+    details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour)}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,

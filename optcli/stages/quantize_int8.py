@@ -45,7 +45,8 @@ class QuantizeInt8Stage(Stage):
         # Which ops each flavour quantizes is part of the output: a change must invalidate the cache.
         table = {n: list(f.op_types) for n, f in flavour.TABLE.items()}
         return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target,
-                "flavours": table, "methods": {"bins": 2048, "percentile": 99.99}}
+                "flavours": table, "methods": {"bins": 2048, "percentile": 99.99},
+                "u8s8_saturates": flavour.u8s8_saturates()}  # 7-bit weights on this CPU
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()

@@ -95,11 +95,14 @@ def test_fallback_finds_the_outlier_layer_and_never_keeps_everything(models: Pat
     assert fb["accuracy_before"]["cosine_mean"] < 0.5 < 0.9 < fb["accuracy_after"]["cosine_mean"]
     assert fb["latency_p50_ms_before"] > 0 and fb["latency_p50_ms_after"] > 0
     assert fb["seconds"] <= fb["budget_s"] and fb["evaluations"] >= 4
-    assert st.accuracy["gate_deferred_to"] == "build-cpu"
-    built = run.stage("build-cpu")
-    assert built.status in ("ok", "failed")
-    tried = {c["name"]: c["status"] for c in built.details["candidates"]}
-    assert tried.get("openvino-int8-nncf") in ("passed", "failed"), tried  # NNCF had its turn
+    if fb["passed"]:  # CPUs whose kernels do not saturate (or with 7-bit weights) can meet it with fc1 INT8
+        assert run.status == "ok" and st.accuracy["cosine_mean"] >= 0.99, run.error
+    else:  # else build-cpu's own INT8 candidates get their turn before the run gives up
+        assert st.accuracy["gate_deferred_to"] == "build-cpu"
+        built = run.stage("build-cpu")
+        assert built.status in ("ok", "failed")
+        tried = {c["name"]: c["status"] for c in built.details["candidates"]}
+        assert tried.get("openvino-int8-nncf") in ("passed", "failed"), tried  # NNCF had its turn
     report = json.loads((tmp_path / "fb" / "report.json").read_text())
     stage_json = next(s for s in report["stages"] if s["name"] == "quantize-int8")
     assert stage_json["details"]["fallback"]["excluded_nodes"] == fb["excluded_nodes"]

@@ -120,3 +120,19 @@ def test_a_unit_kept_in_float_reads_float_inputs(cnn: Path, tmp_path: Path, flav
     assert all(producer[t].op_type == "DequantizeLinear" for t in conv1.input[:2]), "conv1 must stay INT8"
     outs, _ = run_model(out, samples)  # the rewired graph still runs
     assert outs[0].shape == (16, 10) and np.isfinite(outs[0]).all()
+
+
+def test_seven_bit_weights_only_for_u8_activations_where_kernels_saturate(monkeypatch) -> None:
+    """u8 x s8 kernels without VNNI saturate (digits CNN: cosine 0.69 with ORT's integer kernels, 0.9996
+    with 7-bit weights); TensorRT's s8s8 and dynamic INT8 keep 8-bit weights."""
+    from optcli.quantize import flavour
+
+    for saturates in (True, False):
+        monkeypatch.setattr(flavour, "u8s8_saturates", lambda s=saturates: s)
+        assert flavour.reduce_range(flavour.TABLE["qdq-u8s8"]) is saturates
+        assert flavour.reduce_range(flavour.TABLE["qdq-s8s8"]) is False
+        assert flavour.reduce_range(flavour.TABLE["dynamic"]) is False
+    monkeypatch.undo()
+    flags = open("/proc/cpuinfo").read().split() if __import__("os").path.exists("/proc/cpuinfo") else []
+    if flags and __import__("platform").machine() == "x86_64":
+        assert flavour.u8s8_saturates() is not bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
