@@ -27,7 +27,8 @@ EXPORT_BATCH = 2  # a batch-1 example lets the exporter specialise the batch dim
 MODELS = ("resnet50", "bert_base", "minilm")
 
 
-def _resnet50():
+def resnet50():
+    """transformers ResNet-50 (random weights) returning logits, its images, and how many calibrate."""
     import torch
     from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -137,7 +138,7 @@ def _minilm():
 def build(name: str, out: Path) -> Path:
     import torch
 
-    net, arrays, n_calib = {"resnet50": _resnet50, "bert_base": _bert_base, "minilm": _minilm}[name]()
+    net, arrays, n_calib = {"resnet50": resnet50, "bert_base": _bert_base, "minilm": _minilm}[name]()
     names = list(arrays)
     args = tuple(torch.from_numpy(arrays[k][:EXPORT_BATCH]) for k in names)
     batch = torch.export.Dim("batch", min=1, max=1024)

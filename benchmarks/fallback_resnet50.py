@@ -35,7 +35,6 @@ def noise_images(n: int, seed: int, kind: str) -> np.ndarray:
 
 def build(out: Path, images: str) -> Path:
     import torch
-    from transformers import ResNetConfig, ResNetForImageClassification
 
     model_path = out / "resnet50.onnx"
     if model_path.exists() and (out / f"{images}-images").exists():
@@ -43,20 +42,11 @@ def build(out: Path, images: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*-images"):
         old.unlink()
-    torch.manual_seed(0)
-    model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).eval()
+    from cpu_models import resnet50  # the same model as the CPU benchmarks (benchmarks/ is on sys.path)
 
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-            return self.m(pixel_values=pixel_values).logits
-
-    out.mkdir(parents=True, exist_ok=True)
+    net = resnet50()[0]
     with torch.inference_mode():
-        torch.onnx.export(Net().eval(), (torch.randn(2, 3, 224, 224),), str(model_path), dynamo=False,
+        torch.onnx.export(net, (torch.randn(2, 3, 224, 224),), str(model_path), dynamo=False,
                           input_names=["pixel_values"], output_names=["logits"], opset_version=17,
                           dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
     for name, n, seed in (("calib", 64, 1), ("eval", 64, 2)):

@@ -25,6 +25,11 @@ def _cosines(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     return cos
 
 
+def _cosine_is_noise(entry: dict[str, Any]) -> bool:
+    """A numerically zero output matched to within NUMERIC_ZERO: its cosine measures rounding alone."""
+    return bool(entry.get("negligible")) and entry["max_abs_err"] < NUMERIC_ZERO
+
+
 def looks_like_class_scores(arr: np.ndarray) -> bool:
     """2-D (batch, classes) float output with a few classes or more."""
     return arr.ndim == 2 and arr.shape[1] >= 2 and np.issubdtype(arr.dtype, np.floating)
@@ -60,7 +65,7 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
                 entry["top1_accuracy"] = float((got64.argmax(1) == labels).mean())
                 entry["top1_accuracy_reference"] = float((ref64.argmax(1) == labels).mean())
         per_output[name] = entry
-    judged = [e for e in per_output.values() if not e["negligible"] or e["max_abs_err"] >= NUMERIC_ZERO]
+    judged = [e for e in per_output.values() if not _cosine_is_noise(e)]
     summary: dict[str, Any] = {
         "max_abs_err": max((e["max_abs_err"] for e in per_output.values()), default=0.0),
         "cosine_min": min((e["cosine_min"] for e in judged), default=1.0),
@@ -84,8 +89,7 @@ def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: floa
     for name, e in summary.get("outputs", {}).items():
         if not e.get("finite", True):
             return f"output {name!r} has NaN or Inf values"
-        exact_zero = e.get("negligible") and e["max_abs_err"] < NUMERIC_ZERO  # cosine is noise there
-        if cosine is not None and e["cosine_mean"] < cosine and not exact_zero:
+        if cosine is not None and e["cosine_mean"] < cosine and not _cosine_is_noise(e):
             return f"output {name!r}: mean cosine {e['cosine_mean']:.4f} < tolerance {cosine}"
         if max_abs is not None and e["max_abs_err"] > max_abs:
             return f"output {name!r}: max abs error {e['max_abs_err']:.4g} > tolerance {max_abs}"

@@ -194,21 +194,17 @@ def load_toml(path: Path) -> dict[str, Any]:
     return data
 
 
-def code_running_settings(data: dict[str, Any]) -> dict[str, str]:
-    """The settings in a TOML-shaped dict that would make optcli run code from a file (a reader plugin
-    by path or entry point, unpickling a module), as {field: the setting as written}. A config file
-    never turns these on by itself: the command line (or --trust-config) must (docs/security.md)."""
+def code_running_settings(config: CompileConfig) -> dict[str, str]:
+    """The settings of a config read from a file that would make optcli run code (a reader plugin by
+    path or entry point, unpickling a module), as {field: the setting as written}. A config file never
+    turns these on by itself: the command line (or --trust-config) must (docs/security.md)."""
     from optcli.calibration.builtin_readers import BUILTIN
 
-    def table(name: str) -> dict[str, Any]:
-        t = data.get(name, {})
-        return {k.replace("-", "_"): v for k, v in t.items()} if isinstance(t, dict) else {}
-
     found: dict[str, str] = {}
-    reader = table("quantize").get("calib_reader")
+    reader = config.quantize.calib_reader
     if reader is not None and reader not in BUILTIN:
         found["calib_reader"] = f"[quantize] calib-reader = {reader!r}"
-    if table("export").get("allow_pickle"):
+    if config.export.allow_pickle:
         found["allow_pickle"] = "[export] allow-pickle = true"
     return found
 

@@ -240,10 +240,9 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
                       fixed_batch=fixed_batch)
 
 
-def _no_cache(module: Any, given: dict[str, Any]) -> dict[str, Any]:
-    """`use_cache=False` for a model that takes it (decoder LMs) and was not given it: optcli compiles
-    the forward pass without a KV cache (docs/cli.md says what that means for generation)."""
-    params = inspect.signature(module.forward).parameters
+def _no_cache(params: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """`use_cache=False` for a forward() that takes it (decoder LMs) and was not given it: optcli compiles
+    the forward pass without a KV cache (docs/model-families.md says what that means for generation)."""
     return {"use_cache": False} if "use_cache" in params and "use_cache" not in given else {}
 
 
@@ -323,8 +322,8 @@ def _from_example(torch: Any, result: Any, example_inputs: Any, pinned: list[Ten
     """A module and its example inputs (a tuple in forward order, or a dict by name) -> a TorchModel
     whose dim 0 is the batch; without examples, the --input pins are the specs."""
     result.eval()
-    params = [p for p in inspect.signature(result.forward).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    signature = inspect.signature(result.forward).parameters
+    params = [p for p in signature.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if example_inputs is None:
         if not pinned:
             raise UsageError(f"{spec} returns no example inputs", hint=_INPUTS_HINT)
@@ -340,19 +339,20 @@ def _from_example(torch: Any, result: Any, example_inputs: Any, pinned: list[Ten
         # past_key_values, not attention_mask. Everything in optcli calls models positionally in input
         # order, so the module is wrapped; export traces the original with keyword inputs.
         items = list(example_inputs.items())
-        unknown = [n for n, _ in items if n not in inspect.signature(result.forward).parameters
-                   and not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(result.forward).parameters.values())]
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.values())
+        unknown = [n for n, _ in items if n not in signature and not takes_any]
         if unknown:
             raise UsageError(f"{spec}: example input {unknown[0]!r} is not a parameter of forward()",
                              hint=f"forward takes: {', '.join(p.name for p in params)}")
-        keyword_module = result
-        result = _keyword_adapter(torch, result, 0, [n for n, _ in items], _no_cache(result, dict(items)))
     else:
         values = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
         items = [(params[i].name if i < len(params) else f"input_{i}", v) for i, v in enumerate(values)]
-        if _no_cache(result, dict(items)):
-            keyword_module = result  # export traces it by keyword, with use_cache=False
-            result = _keyword_adapter(torch, result, len(items), [], _no_cache(result, dict(items)))
+    constants = _no_cache(signature, dict(items))
+    if isinstance(example_inputs, dict) or constants:
+        keyword_module = result  # export traces the user's module itself, by keyword, with the constants
+        by_keyword = isinstance(example_inputs, dict)
+        result = _keyword_adapter(torch, result, 0 if by_keyword else len(items),
+                                  [n for n, _ in items] if by_keyword else [], constants)
     specs, example, int_high = [], {}, {}
     for name, value in items:
         shape = ("batch",) + tuple(int(d) for d in value.shape[1:])

@@ -105,7 +105,7 @@ class RunReport:
         from optcli.safe_paths import contained, verified
 
         if not self.final or not self.final.get("artifact"):
-            raise UsageError(f"{report_path} has no final artifact: the run's status is {self.status!r}", hint=hint)
+            raise UsageError(f"{report_path}: the run has no final artifact (status: {self.status})", hint=hint)
         path = contained(report_path.parent, self.final["artifact"], report_path)
         return verified(path, self.final.get("sha256"), report_path)
 

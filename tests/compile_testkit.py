@@ -193,6 +193,25 @@ def make_foldable(path: Path) -> Path:
     return path
 
 
+def ort_default_int8(model: Path, path: Path, shape: tuple[int, ...], samples: int = 8, seed: int = 1) -> Path:
+    """onnxruntime's own quantize_static with its defaults (symmetric s8 Q/DQ, biases as INT32
+    DequantizeLinear inputs): the graph TensorRT's parser refuses by node."""
+    import numpy as np
+    from onnxruntime import quantization as q
+
+    rng = np.random.default_rng(seed)
+    items = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self) -> dict[str, Any] | None:
+            return next(items, None)
+
+    q.quantize_static(str(model), str(path), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                      extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return path
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess: the repo on PYTHONPATH, 2 threads, no colours."""
     env = dict(os.environ)

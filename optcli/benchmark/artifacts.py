@@ -47,16 +47,14 @@ def _from_report(report_path: Path) -> ResolvedArtifact:
     from optcli.report import RunReport
 
     report = RunReport.load(report_path, _HINT)
-    if not report.final:
-        raise UsageError(f"{report_path} has no final artifact: the run's status is {report.status!r}",
-                         hint="rerun `optcli compile` until it finishes, or pass a stage's artifact file")
-    resolved = _from_file(report.final_artifact(report_path, _HINT))
+    path = report.final_artifact(report_path, "rerun `optcli compile` until it finishes, or pass a stage's artifact file")
+    resolved = _from_file(path, sha256=report.final["sha256"])  # final_artifact checked the file against it
     resolved.precision = str(report.final.get("precision") or resolved.precision)
     resolved.report = report_path
     return resolved
 
 
-def _stage_record(path: Path) -> dict[str, Any]:
+def _stage_record(path: Path, sha256: str | None) -> dict[str, Any]:
     """The stage.json beside an artifact, if that record describes this very file (same name and
     sha256): its runner options then apply; a record of another file is ignored."""
     from optcli.artifact import sha256_file
@@ -70,10 +68,11 @@ def _stage_record(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(record, dict) or record.get("artifact") != path.name:
         return {}
-    return record if record.get("sha256") == sha256_file(path) else {}
+    return record if record.get("sha256") == (sha256 or sha256_file(path)) else {}
 
 
-def _from_file(path: Path) -> ResolvedArtifact:
+def _from_file(path: Path, sha256: str | None = None) -> ResolvedArtifact:
+    """`sha256`: the file's, where the caller already checked it (saves hashing a large model twice)."""
     suffix = path.suffix.lower()
     if suffix in SUFFIX_FORMATS:
         fmt = SUFFIX_FORMATS[suffix]
@@ -86,7 +85,7 @@ def _from_file(path: Path) -> ResolvedArtifact:
                              hint="save it with torch.export.save as .pt2, or torch.jit.save as TorchScript")
     else:
         raise UsageError(f"{path}: cannot tell what runs a {suffix or 'suffix-less'} file", hint=_HINT)
-    record = _stage_record(path)
+    record = _stage_record(path, sha256)
     meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
     options = meta.get("runner_options") if isinstance(meta.get("runner_options"), dict) else {}
     precision = record.get("precision") if isinstance(record.get("precision"), str) else "fp32"

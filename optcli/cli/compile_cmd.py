@@ -29,11 +29,11 @@ def discover_config(explicit: Path | None) -> tuple[dict[str, Any], Path | None]
     return {}, None
 
 
-def _refuse_code_from_config(ctx: click.Context, data: dict[str, Any], path: Path | None, trust: bool) -> None:
+def _refuse_code_from_config(ctx: click.Context, config: CompileConfig, path: Path | None, trust: bool) -> None:
     """A config file may not turn on running code (plugins, pickles) unless --trust-config says so; the
     same setting typed on the command line is the user's own choice."""
     flags = {"calib_reader": "--calib-reader", "allow_pickle": "--allow-pickle"}
-    for field, setting in code_running_settings(data).items():
+    for field, setting in code_running_settings(config).items():
         if not trust and not _given(ctx, field):
             raise UsageError(f"{path} sets {setting}, which runs code; a config file cannot turn that on by itself",
                              hint=f"pass {flags[field]} on the command line, or --trust-config if you trust {path}")
@@ -47,8 +47,8 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> CompileConfig:
     data, config_path = discover_config(params["config"])
-    _refuse_code_from_config(ctx, data, config_path, params["trust_config"])
     config = compile_config_from_dict(model, data)
+    _refuse_code_from_config(ctx, config, config_path, params["trust_config"])  # before any flag applies
     config.config_file = config_path
     flag_map = {  # flag -> (section or None, field)
         "out": (None, "out"), "target": (None, "target"), "force": (None, "force"),

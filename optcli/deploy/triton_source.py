@@ -111,13 +111,9 @@ def _from_report(path: Path) -> ServedModel:
             raise UsageError(f"{path} is not an optcli run report",
                              hint="that looks like engine metadata: pass the engine file beside it") from None
         raise
+    artifact = report.final_artifact(path, "rerun optcli compile until it succeeds, or pass an artifact file directly")
     final = report.final
-    if not isinstance(final, dict) or not final.get("artifact"):
-        raise UsageError(f"{path}: the run has no final artifact (status: {report.status})",
-                         hint="rerun optcli compile until it succeeds, or pass an artifact file directly")
-    artifact = report.final_artifact(path, "rerun optcli compile, or pass the artifact file directly")
     fmt = final.get("format")
-    data = {"model": report.model, "target": report.target}
     if fmt == "onnx":
         model = _from_onnx(artifact)
     elif fmt == "engine":
@@ -130,11 +126,11 @@ def _from_report(path: Path) -> ServedModel:
     # Everything below is data from a file: only values of the expected types are used.
     model.precision = final["precision"] if final.get("precision") in ("fp32", "fp16", "bf16", "int8") \
         else model.precision
-    model_info = data.get("model") if isinstance(data.get("model"), dict) else {}
+    model_info = report.model  # RunReport.load made it a dict; its values are still unchecked data
     if isinstance(model_info.get("path"), str) and model_info["path"]:
         model.default_name = Path(model_info["path"]).stem
     if model.format == "onnx":
-        on_gpu = data.get("target") == "tensorrt" or final.get("backend") in ("tensorrt", "cuda")
+        on_gpu = report.target == "tensorrt" or final.get("backend") in ("tensorrt", "cuda")
         model.default_kind = "gpu" if on_gpu else "cpu"
     # The run's own input shapes: concrete ones (user pins) size the warm-up and perf_analyzer shapes.
     inputs = model_info.get("inputs") if isinstance(model_info.get("inputs"), list) else []

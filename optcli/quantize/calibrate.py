@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from optcli.artifact import sha256_file
 from optcli.atomic_write import atomic_path, write_text_atomic
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError, UsageError
@@ -61,7 +62,7 @@ def cached_ranges_problem(path: Path, key: str) -> str | None:
         return f"{check.name} is missing or unreadable"
     if not isinstance(record, dict) or record.get("schema") != CACHE_SCHEMA or record.get("key") != key:
         return f"{check.name} has another schema or key"
-    if record.get("sha256") != hashlib.sha256(path.read_bytes()).hexdigest():
+    if record.get("sha256") != sha256_file(path):
         return f"{path.name} does not match its recorded sha256 (edited or truncated)"
     try:
         ranges = range_summary(path)
@@ -116,7 +117,7 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
                              hint="check the calibration data matches the model's inputs") from exc
     with atomic_path(path) as tmp_path:
         calibrate.save_tensors_data(ranges, tmp_path)
-    record = {"schema": CACHE_SCHEMA, "key": key, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    record = {"schema": CACHE_SCHEMA, "key": key, "sha256": sha256_file(path)}
     write_text_atomic(_check_path(path), json.dumps(record))
     return path, info
 

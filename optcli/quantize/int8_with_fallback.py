@@ -60,10 +60,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
     calib, ev = split_calibration(q, specs, holdout_needed=True)
     flavour = resolve_flavour(q.flavour, ctx.target, looks_like_encoder(op_histogram(model)))
     candidates = candidate_nodes(fp32, flavour)
-    units, total_flops = compute_units(fp32, flavour, _origins(ctx))
-    nodes = [n.name for n in graph.node]
-    modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in _origins(ctx)])
-    manual = sorted(set(resolve_excludes(q.exclude_nodes, nodes, modules))
+    units, total_flops = compute_units(fp32, flavour, earlier_onnx(ctx))
+    manual = sorted(set(user_excludes(ctx, model))
                     | {n.name for n in graph.node if n.op_type in q.exclude_ops})
     ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
     if flavour.static:
@@ -121,7 +119,17 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
                      meta={"flavour": f"int8-{flavour.name}"}), details, final_acc)
 
 
-def _origins(ctx: Any) -> list[Path]:
+def user_excludes(ctx: Any, model: Any) -> list[str]:
+    """--exclude patterns (ONNX node names, PyTorch module paths, globs) as node names of `model`; module
+    paths come from the run's earlier graphs too (a rewrite may drop the exporter's metadata)."""
+    patterns = ctx.config.quantize.exclude_nodes
+    if not patterns:
+        return []
+    modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in earlier_onnx(ctx)])
+    return resolve_excludes(patterns, [n.name for n in model.graph.node], modules)
+
+
+def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
     return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]

@@ -255,17 +255,9 @@ class BuildCpuStage(Stage):
 
     def _excluded_nodes(self, named: Path) -> list[str]:
         """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
-        from optcli.quantize.module_names import node_modules, resolve_excludes
+        from optcli.quantize.int8_with_fallback import user_excludes
 
-        patterns = self.ctx.config.quantize.exclude_nodes
-        if not patterns:
-            return []
-        graph = load_onnx(named, load_weights=False)
-        origins = [load_onnx(a.path, load_weights=False) for a in self._lineage_onnx()]
-        return resolve_excludes(patterns, [n.name for n in graph.graph.node], node_modules(graph, *origins))
-
-    def _lineage_onnx(self) -> list[Artifact]:
-        return [a for a in self.ctx.facts.get("artifacts", {}).values() if a.format == "onnx" and a.path.exists()]
+        return user_excludes(self.ctx, load_onnx(named, load_weights=False))
 
     def _int8_remainder(self) -> str:
         """What the ops left in float compute in, in an OpenVINO INT8 model: BF16 where the CPU has it

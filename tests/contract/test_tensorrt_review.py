@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from compile_testkit import ort_default_int8
 from fake_tensorrt import make_tensorrt
 from onnx import TensorProto, helper, numpy_helper
 from fake_cuda import FakeGraph, TorchShim
@@ -79,24 +80,13 @@ def ranges_for(fp32: Path, tmp_path: Path) -> Path:
 
 
 def test_row1_tensorrt_int8_graph_builds_and_ort_default_is_refused_by_node(fake, tmp_path):
-    from onnxruntime import quantization as q
 
     from optcli.quantize.flavour import TABLE
     from optcli.quantize.int8 import quantize
 
     fp32 = small_cnn(tmp_path / "cnn.onnx")
     # onnxruntime's default: biases as INT32 DequantizeLinear inputs -> TensorRT's parser refuses each.
-    default = tmp_path / "ort-default.onnx"
-    rng = np.random.default_rng(1)
-    data = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)])
-
-    class Reader(q.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-
-    q.quantize_static(str(fp32), str(default), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                      extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    default = ort_default_int8(fp32, tmp_path / "ort-default.onnx", (1, 3, 8, 8))
     cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=tmp_path / "t.cache")
     with pytest.raises(ParserFailure) as info:
         obtain_engine(fake, default, profiles_for(default), cfg, MACHINE)

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from compile_testkit import ort_default_int8
 from optcli.tensorrt.probe import tensorrt_status
 
 pytestmark = pytest.mark.gpu
@@ -118,18 +119,9 @@ def test_fp16_onnx_builds_an_fp16_engine(tmp_path):
     np.testing.assert_allclose(y.astype(np.float32), ref, rtol=5e-2, atol=5e-2)
 
 
-def _ort_default_qdq(model: Path, path: Path, rng: np.random.Generator) -> Path:
-    quant = pytest.importorskip("onnxruntime.quantization")
-    items = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(16)])
-
-    class Reader(quant.CalibrationDataReader):
-        def get_next(self):
-            return next(items, None)
-
-    quant.quantize_static(str(model), str(path), Reader(), quant_format=quant.QuantFormat.QDQ, per_channel=True,
-                          activation_type=quant.QuantType.QInt8, weight_type=quant.QuantType.QInt8,
-                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    return path
+def _ort_default_qdq(model: Path, path: Path, seed: int) -> Path:
+    pytest.importorskip("onnxruntime.quantization")
+    return ort_default_int8(model, path, (1, 3, 16, 16), samples=16, seed=seed)
 
 
 def _optcli_int8(model: Path, path: Path, rng: np.random.Generator) -> Path:
@@ -164,7 +156,7 @@ def test_onnxruntime_default_int32_bias_is_refused_as_the_preflight_says(tmp_pat
     from optcli.tensorrt.builder import ParserFailure
     from optcli.tensorrt.preflight import check_file
 
-    qdq = _ort_default_qdq(conv_net(tmp_path / "net.onnx"), tmp_path / "ort_int8.onnx", np.random.default_rng(2))
+    qdq = _ort_default_qdq(conv_net(tmp_path / "net.onnx"), tmp_path / "ort_int8.onnx", seed=2)
     flagged = {f.node_name for f in check_file(qdq)}
     assert flagged == {"B_DequantizeLinear", "B2_DequantizeLinear"}
     with pytest.raises(ParserFailure) as info:

@@ -4,14 +4,13 @@ onnxruntime's default Q/DQ graph flagged by node, optcli's own TensorRT graphs c
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from compile_testkit import run_main
+from compile_testkit import ort_default_int8, run_main
 from optcli.tensorrt.onnx_support import OPS, OPSET_RANGE
 from optcli.tensorrt.preflight import check_file, check_model
 
@@ -139,7 +138,6 @@ def test_opset_range_and_data_dependent_shapes():
 
 
 def test_onnxruntime_default_qdq_is_flagged_by_node_and_optcli_tensorrt_flavour_is_clean(tmp_path):
-    from onnxruntime import quantization as q
 
     from optcli.quantize.calibrate import compute_ranges
     from optcli.calibration.dataset import SampleSet
@@ -162,25 +160,13 @@ def test_onnxruntime_default_qdq_is_flagged_by_node_and_optcli_tensorrt_flavour_
               helper.make_node("Gemm", ["f", "Wf", "Bf"], ["y"], transB=1, name="fc")]
     fp32 = tmp_path / "cnn.onnx"
     onnx.save(model(nodes, [vi("x", shape=("N", 3, 16, 16))], [vi("y", shape=("N", 4))], inits), str(fp32))
-    data = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
-
-    class Reader(q.CalibrationDataReader):
-        def __init__(self):
-            self.items = iter(data)
-
-        def get_next(self):
-            return next(self.items, None)
-
-    default = tmp_path / "ort-default.onnx"
-    q.quantize_static(str(fp32), str(default), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                      extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    default = ort_default_int8(fp32, tmp_path / "ort-default.onnx", (1, 3, 16, 16))
     found = check_file(default)
     assert sorted(f.node_name for f in found) == sorted([f"B{i}_DequantizeLinear" for i in range(5)] +
                                                         ["Bf_DequantizeLinear"])
     assert {f.op for f in found} == {"DequantizeLinear"} and all("INT32" in f.reason for f in found)
 
-    samples = SampleSet({"x": np.concatenate([d["x"] for d in data])}, None, "random", "random")
+    samples = SampleSet({"x": rng.standard_normal((8, 3, 16, 16)).astype(np.float32)}, None, "random", "random")
     ranges, _ = compute_ranges(fp32, "sha", samples, "minmax", True, TABLE["qdq-s8s8"].op_types, tmp_path / "r")
     ours = tmp_path / "optcli-s8s8.onnx"
     quantize(fp32, ours, TABLE["qdq-s8s8"], ranges, "minmax", [])
