@@ -170,24 +170,25 @@ def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str
 def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: int = 10,
             optimization: str = "all", threads: int | None = None, inputs_dir: str | Path | None = None,
             pins: list[str] | None = None) -> Any:
-    """Per-layer time of an artifact: onnxruntime's profiler for .onnx, TensorRT's layer profiler for
-    .engine; returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
+    """Per-layer time of an artifact with its backend's profiler (onnxruntime's for .onnx, TensorRT's layer
+    profiler for .engine); returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
+    import inspect
+
+    from optcli.backends.registry import all_backends, for_format, load_object
     from optcli.benchmark.artifacts import resolve_artifact
     from optcli.errors import UsageError
 
     resolved = resolve_artifact(artifact)
-    folder = Path(inputs_dir) if inputs_dir is not None else None
-    if resolved.format == "onnx":
-        from optcli.profiling.onnxruntime_profile import profile_onnx
-
-        return profile_onnx(resolved, batch=batch, runs=runs, warmup=warmup, optimization=optimization,
-                            threads=threads, inputs_dir=folder, pins=pins)
-    if resolved.format == "engine":
-        from optcli.profiling.tensorrt_profile import profile_engine
-
-        return profile_engine(resolved, batch=batch, runs=runs, warmup=warmup, inputs_dir=folder, pins=pins)
-    raise UsageError(f"per-layer profiles need an .onnx or .engine artifact, not {resolved.format}",
-                     hint="compile the model first (optcli compile) and profile its report.json")
+    backend = for_format(resolved.format)
+    if backend.profiler is None:
+        kinds = " or ".join(b.suffixes[0] for b in all_backends() if b.profiler)
+        raise UsageError(f"per-layer profiles need an {kinds} artifact, not {resolved.format}",
+                         hint="compile the model first (optcli compile) and profile its report.json")
+    profiler = load_object(backend.profiler)
+    settings = {"batch": batch, "runs": runs, "warmup": warmup, "optimization": optimization, "threads": threads,
+                "inputs_dir": Path(inputs_dir) if inputs_dir is not None else None, "pins": pins}
+    accepted = inspect.signature(profiler).parameters
+    return profiler(resolved, **{k: v for k, v in settings.items() if k in accepted})
 
 
 def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, define: list[str] | None = None,

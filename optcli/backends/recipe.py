@@ -38,11 +38,56 @@ from optcli.errors import StageError
 if TYPE_CHECKING:
     from optcli.artifact import Artifact
     from optcli.calibration.dataset import SampleSet
-    from optcli.cpu.candidates import Candidate
     from optcli.cpu.options import CpuConfig
     from optcli.model_source import ModelSource, TorchModel
     from optcli.quantize.tolerance import Tolerance
     from optcli.stages.base import StageContext
+
+
+@dataclass
+class Candidate:
+    """One way to run the model on this CPU: planned, then built, evaluated and measured."""
+
+    name: str                       # e.g. openvino-int8-nncf
+    backend: str                    # the registered backend whose runner runs it
+    precision: str                  # fp32 | bf16 | fp16 | int8 (what the graph computes in)
+    recipe: str                     # the recipe's name: input | convert | nncf ... (optcli/backends/*/recipes/)
+    skip: str | None = None         # why it is not built
+    path: Path | None = None        # the built model (.onnx, .xml ...)
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)     # how it was made, build seconds
+    accuracy: dict[str, Any] | None = None
+    failure: str | None = None      # the tolerance it missed, or why it did not build/run
+    latency: dict[str, Any] | None = None
+    format: str | None = None       # the built model's artifact format
+    simplicity: int = 9             # ties go to fewer moving parts (0: the input as it is)
+    builder: CpuRecipe | None = field(default=None, repr=False, compare=False)  # the recipe that builds it
+
+    @property
+    def passed(self) -> bool:
+        return self.skip is None and self.accuracy is not None and self.failure is None
+
+    @property
+    def p50(self) -> float | None:
+        return self.latency.get("p50") if self.latency else None
+
+    def to_json(self) -> dict[str, Any]:
+        status = "skipped" if self.skip else ("passed" if self.passed else "failed")
+        out: dict[str, Any] = {"name": self.name, "backend": self.backend, "precision": self.precision,
+                               "recipe": self.recipe, "status": status}
+        if self.skip:
+            out["reason"] = self.skip
+            return out
+        if self.failure:
+            out["reason"] = self.failure
+        out["build"] = self.build
+        out["runner_options"] = self.runner_options
+        if self.accuracy is not None:
+            keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy")
+            out["accuracy"] = {k: round(float(self.accuracy[k]), 6) for k in keys if k in self.accuracy}
+        if self.latency is not None:
+            out["latency_ms"] = self.latency
+        return out
 
 
 @dataclass(frozen=True)
@@ -104,18 +149,29 @@ class RecipeContext:
 
     def float_onnx(self) -> Artifact:
         """The newest FP32 ONNX of the run (the quantize stage's input; the input itself at fp32)."""
-        for a in self.lineage:
-            if a.format == ONNX and a.precision == "fp32" and a.path.exists():
-                return a
-        raise StageError("cannot find the FP32 ONNX this model was made from",
-                         hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
+        return newest_float_onnx(self.lineage)
 
     def first_float_onnx(self) -> Artifact:
         """The oldest FP32 ONNX of the run: the exporter's, or the user's own."""
-        for a in reversed(self.lineage):
-            if a.format == ONNX and a.precision == "fp32" and a.path.exists():
-                return a
-        return self.float_onnx()
+        return oldest_float_onnx(self.lineage)
+
+
+def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:
+    return [a for a in lineage if a.format == ONNX and a.precision == "fp32" and a.path.exists()]
+
+
+def newest_float_onnx(lineage: list[Artifact]) -> Artifact:
+    """The first FP32 ONNX of `lineage` (newest first) that still exists."""
+    found = _float_onnx(lineage)
+    if not found:
+        raise StageError("cannot find the FP32 ONNX this model was made from",
+                         hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
+    return found[0]
+
+
+def oldest_float_onnx(lineage: list[Artifact]) -> Artifact:
+    """The last FP32 ONNX of `lineage` (newest first): the exporter's graph, or the user's own ONNX."""
+    return (_float_onnx(lineage) or [newest_float_onnx(lineage)])[-1]
 
 
 class CpuRecipe(ABC):
@@ -136,6 +192,4 @@ class CpuRecipe(ABC):
 
     def candidate(self, name: str, precision: str, skip: str | None = None) -> Candidate:
         """A planned candidate of this recipe."""
-        from optcli.cpu.candidates import Candidate
-
         return Candidate(name, self.backend, precision, self.name, skip, simplicity=self.simplicity, builder=self)

@@ -75,6 +75,8 @@ class Backend:
     cpu_refusals: tuple[tuple[str, str, str], ...] = ()  # (precision, message, hint) when forced to one it lacks
     cpu_facts: str | None = None                # "module:function" (precision, CpuConfig) -> dict: facts its
                                                 # recipes plan with (PlanRequest.facts[name]); pure data after
+    machine_facts: str | None = None            # "module:function" () -> dict build-cpu records about the CPU
+    build_packages: tuple[str, ...] = ()        # other packages whose versions change what its recipes build
     gpu_recipes: tuple[str, ...] = ()           # "module:attribute" what builds its artifacts on a GPU
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
     triton_platform: str | None = None          # Triton's name for it: platform (or backend) in config.pbtxt

@@ -16,10 +16,6 @@ from typing import Any
 from optcli.errors import UsageError
 from optcli.runtime.base import Runner
 
-# suffix -> artifact format (TorchScript suffixes are told apart from pickles by model_source.detect)
-SUFFIX_FORMATS = {".onnx": "onnx", ".engine": "engine", ".plan": "engine", ".trt": "engine", ".pt2": "pt2",
-                  ".xml": "openvino"}
-TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
 _HINT = "pass a report.json, an optcli output folder, or a .onnx/.engine/.pt2/TorchScript file"
 
 
@@ -73,18 +69,12 @@ def _stage_record(path: Path, sha256: str | None) -> dict[str, Any]:
 
 def _from_file(path: Path, sha256: str | None = None) -> ResolvedArtifact:
     """`sha256`: the file's, where the caller already checked it (saves hashing a large model twice)."""
-    suffix = path.suffix.lower()
-    if suffix in SUFFIX_FORMATS:
-        fmt = SUFFIX_FORMATS[suffix]
-    elif suffix in TORCH_SUFFIXES:
-        from optcli.model_source import detect
+    from optcli.backends.registry import for_path
 
-        fmt = detect(str(path), allow_pickle=True).format
-        if fmt == "pickle":
-            raise UsageError(f"{path} is a pickled module; loading it runs arbitrary code",
-                             hint="save it with torch.export.save as .pt2, or torch.jit.save as TorchScript")
-    else:
-        raise UsageError(f"{path}: cannot tell what runs a {suffix or 'suffix-less'} file", hint=_HINT)
+    found = for_path(path)
+    if found is None:
+        raise UsageError(f"{path}: cannot tell what runs a {path.suffix.lower() or 'suffix-less'} file", hint=_HINT)
+    fmt = found[1]
     record = _stage_record(path, sha256)
     meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
     options = meta.get("runner_options") if isinstance(meta.get("runner_options"), dict) else {}
@@ -100,8 +90,11 @@ def resolve_artifact(path: str | Path) -> ResolvedArtifact:
     if p.is_dir():
         if (p / "report.json").is_file():
             return _from_report(p / "report.json")
-        if (p / "model.engine").is_file():  # a TensorRT engine cache entry
-            return _from_file(p / "model.engine")
+        from optcli.backends.registry import for_folder
+
+        found = for_folder(p)  # e.g. a TensorRT engine cache entry
+        if found is not None:
+            return _from_file(found[1])
         raise UsageError(f"{p} is a folder without a report.json", hint=_HINT)
     if p.stat().st_size == 0:
         raise UsageError(f"{p} is empty", hint="re-create it; the file has no bytes")
@@ -124,15 +117,13 @@ def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
 def open_artifact(resolved: ResolvedArtifact, **options: Any) -> Runner:
     """A runner for the artifact: the stage's recorded runner options, then the caller's on top.
     Options left at None are not passed, so each backend keeps its own default."""
-    from optcli.runtime import runner_for_format
+    from optcli.backends.registry import for_format, load_object, runner_class
 
-    cls = runner_for_format(resolved.format)
+    cls = runner_class(resolved.format)
     merged = {**resolved.runner_options, **{k: v for k, v in options.items() if v is not None}}
-    device = merged.get("device")
-    if resolved.format == "engine" and isinstance(device, str):
-        # The TensorRT runner takes a GPU index; accept the "cuda" / "cuda:1" the other backends take.
-        if device != "cuda" and not device.startswith("cuda:"):
-            raise UsageError(f"device {device!r}: a TensorRT engine runs on a GPU", hint="use device='cuda' or 'cuda:N'")
-        merged["device"] = int(device.partition(":")[2] or 0)
+    backend = for_format(resolved.format)
+    if backend.device_option and "device" in merged:
+        # e.g. TensorRT takes a GPU index for the "cuda" / "cuda:1" the other backends take
+        merged["device"] = load_object(backend.device_option)(merged["device"])
     _check_options(cls, merged, resolved.format)
     return cls(resolved.path, **merged)

@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from optcli.cli.main import exit_with
+from optcli.cli.registry_choice import RegistryChoice
 from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
 from optcli.config import TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml
+from optcli.cpu.options import backend_choices
 from optcli.errors import UsageError
 from optcli.tensor_spec import parse_input_spec
 
@@ -120,7 +122,7 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--config", type=click.Path(path_type=Path), help="TOML config [./optcli.toml or [tool.optcli]].")
 @click.option("--trust-config", is_flag=True,
               help="Let the config file turn on running code (a --calib-reader plugin, --allow-pickle).")
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "openvino"]), default="auto", show_default=True,
+@click.option("--backend", type=RegistryChoice(backend_choices), default="auto", show_default=True,
               help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
 @click.option("--force", is_flag=True, help="Rebuild every stage, ignoring cached results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (progress stays off).")

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from optcli.errors import UsageError
-from optcli.tensorrt.options import SECTION, TensorRTConfig, parse_batch, parse_size
+from optcli.backends.tensorrt.options import SECTION, TensorRTConfig, parse_batch, parse_size
 
 _META_KEY = "optcli.tensorrt_flags"
 _TYPED = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT)

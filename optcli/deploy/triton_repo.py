@@ -10,7 +10,6 @@ that Triton would try to load.
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,10 @@ from typing import Any
 from optcli.version import __version__
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.deploy.pbtxt import render
+from optcli.deploy.triton_backend import triton_piece
 from optcli.deploy.triton_config import ResolvedConfig, TritonOptions, build_config
 from optcli.deploy.triton_readme import readme_text
-from optcli.deploy.triton_source import ServedModel, resolve_source
+from optcli.deploy.triton_source import resolve_source
 from optcli.errors import UsageError
 
 MAX_NAME_LENGTH = 128
@@ -90,32 +90,10 @@ def _check_repo(repo: Path) -> None:
             from None
 
 
-def _copy_model(model: ServedModel, dest: Path) -> Path:
-    """Copy the model file into a version folder; ONNX with external weights becomes a model.onnx/ folder;
-    an OpenVINO IR is model.xml + model.bin side by side (the backend reads the .bin beside the .xml)."""
-    if model.format == "openvino":
-        target = dest / model.filename
-        shutil.copy2(model.path, target)
-        shutil.copy2(model.path.with_suffix(".bin"), target.with_suffix(".bin"))
-        return target
-    if model.external_data:
-        # Triton's layout for multi-file ONNX: <version>/model.onnx/model.onnx plus the weight files.
-        folder = dest / model.filename
-        folder.mkdir()
-        shutil.copy2(model.path, folder / "model.onnx")
-        for rel in model.external_data:
-            target = folder / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(model.path.parent / rel, target)
-        return folder
-    target = dest / model.filename
-    shutil.copy2(model.path, target)
-    return target
-
-
 def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
                   name: str | None = None, version: int | None = None, force: bool = False) -> TritonExport:
-    """Write a ready Triton model repository entry for `source` (report.json, .onnx, OpenVINO .xml, .engine)."""
+    """Write a ready Triton model repository entry for `source` (report.json, or a file of a backend with a
+    Triton piece: .onnx, OpenVINO .xml, .engine)."""
     options = options or TritonOptions()
     model = resolve_source(source)
     repo = Path(repo)
@@ -154,7 +132,7 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     model_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(model_dir)
     with atomic_dir(version_dir) as tmp:
-        copied = _copy_model(model, tmp)
+        copied = triton_piece(model.format).copy(model, tmp)
     model_path = version_dir / copied.name
     config_path = model_dir / "config.pbtxt"
     write_text_atomic(config_path, config_text)

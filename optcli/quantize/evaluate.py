@@ -15,7 +15,7 @@ EVAL_BATCH = 32
 def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = None,
               runner_options: dict[str, Any] | None = None) -> tuple[list[np.ndarray], list[str]]:
     """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors."""
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     target = path
     if extra_outputs:

@@ -14,6 +14,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
@@ -29,7 +30,7 @@ from optcli.quantize.units import compute_units
 
 def _quick_latency(path: Path, samples: SampleSet) -> float:
     """p50 ms at batch 1 (ORT, all optimizations): the before/after figure of the fallback."""
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(path)
     try:
@@ -49,7 +50,7 @@ def _brief(acc: dict[str, Any]) -> dict[str, Any]:
 def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
                   stage_name: str = "quantize-int8") -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy)."""
-    from optcli.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.preflight import require_clean
 
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
@@ -115,7 +116,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
     if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
-    return (Artifact(out, "onnx", precision="int8", stage=stage_name, parent=artifact.sha256,
+    return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
                      meta={"flavour": f"int8-{flavour.name}"}), details, final_acc)
 
 
@@ -132,12 +133,18 @@ def user_excludes(ctx: Any, model: Any) -> list[str]:
 def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
-    return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]
+    return [a.path for a in seen if getattr(a, "format", None) == ONNX and a.path.exists()]
 
 
 def _cpu_candidates_follow(ctx: Any) -> bool:
-    """Whether build-cpu will try its own INT8 candidates (OpenVINO, NNCF) after this stage."""
-    from optcli.cpu.options import cpu_config, installed
+    """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
+    that runs this stage's ONNX as it is) after this stage."""
+    from optcli.backends.registry import all_backends, for_format
+    from optcli.cpu.options import cpu_config
 
-    return ctx.target == "cpu" and installed("openvino") and cpu_config(ctx.config).backend != "onnxruntime"
+    if ctx.target != "cpu":
+        return False
+    forced, own = cpu_config(ctx.config).backend, for_format(ONNX).name
+    return any(b.name != own and "int8" in b.cpu_precisions and b.installed() and forced in ("auto", b.name)
+               for b in all_backends())
 

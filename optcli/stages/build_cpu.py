@@ -1,18 +1,18 @@
 """Stage build-cpu: the fastest CPU artifact at the accuracy asked for, chosen by measurement.
 
-For `--target cpu` (and `auto` without a usable GPU) it builds the candidates the installed
-backends offer for the requested precision (optcli/cpu/candidates.py: ONNX Runtime on the input
-ONNX; OpenVINO IRs in FP32, BF16, or INT8 from the quantize stage's Q/DQ, re-quantized s8/s8 Q/DQ or
-NNCF), checks each against the FP32 ONNX on held-out data with the quantize stages' tolerance,
-measures them all in ONE interleaved run, and keeps the fastest that meets the tolerance. Every
-candidate's build, accuracy and latency is in the stage details; `--backend` forces one backend.
+For `--target cpu` (and `auto` without a usable GPU) it builds the candidates the registered backends'
+recipes offer for the requested precision (optcli/backends/<name>/recipes/, planned by
+optcli/cpu/candidates.py: today ONNX Runtime on the input ONNX; OpenVINO IRs in FP32, BF16, or INT8 from
+the quantize stage's Q/DQ, re-quantized s8/s8 Q/DQ or NNCF), checks each against the FP32 ONNX on
+held-out data with the quantize stages' tolerance, measures them all in ONE interleaved run, and keeps
+the fastest that meets the tolerance. Every candidate's build, accuracy and latency is in the stage
+details; `--backend` forces one backend.
 
 It is reported as skipped when the target is tensorrt, or when there is nothing to choose (one
 candidate: the input as it is).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import re
@@ -23,9 +23,11 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact, sha256_file
+from optcli.backends import registry
+from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
-from optcli.cpu.candidates import OV, Candidate, choose, plan
-from optcli.cpu.options import CpuConfig, check_request, cpu_config, installed
+from optcli.cpu.candidates import Candidate, choose, plan
+from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import OptcliError, StageError, UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
@@ -35,13 +37,12 @@ from optcli.tensor_spec import random_inputs
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999
-OV_HINTS = {"fp32": "f32", "bf16": "bf16"}
 QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_ms": 20.0, "switch_ms": 5.0}
 
 
 @register
 class BuildCpuStage(Stage):
-    """The input ONNX -> the fastest CPU artifact (ONNX Runtime ONNX or OpenVINO IR) within tolerance."""
+    """The input ONNX -> the fastest CPU artifact (of any registered backend's recipes) within tolerance."""
 
     name = "build-cpu"
     order = 50
@@ -78,29 +79,21 @@ class BuildCpuStage(Stage):
     def candidates(self, artifact: Artifact) -> list[Candidate]:
         cfg = self.options()
         precision = self.ctx.config.quantize.precision
-        has_ov = installed("openvino")
-        nncf: bool | str = True
-        if cfg.nncf == "off":
-            nncf = "[cpu] nncf = \"off\""
-        elif not installed("nncf"):
-            nncf = "nncf is not installed (pip install nncf)"
-        bf16 = None
-        if precision == "bf16" and has_ov and cfg.backend != "onnxruntime":
-            from optcli.runtime.openvino_runner import cpu_supports_bf16
-
-            bf16 = cpu_supports_bf16()
+        facts = {b.name: registry.load_object(b.cpu_facts)(precision, cfg)
+                 for b in registry.all_backends() if b.cpu_facts}
         dynamic = encoder = False
         if precision == "int8":
             ops = op_histogram(load_onnx(artifact.path, load_weights=False))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
-        return plan(precision, cfg.backend, openvino=has_ov, nncf=nncf, bf16=bf16, encoder=encoder,
-                    input_flavour=artifact.meta.get("flavour"), dynamic_input=dynamic)
+        return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
+                                dynamic_input=dynamic, encoder=encoder, input_format=artifact.format,
+                                torch_source=self.ctx.source.is_torch, facts=facts))
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         if self.ctx.target != "cpu":
             return f"target is {self.ctx.target} (build_tensorrt builds for it)"
-        if artifact.format != "onnx":
+        if artifact.format != registry.ONNX:
             return f"input is {artifact.format}, not ONNX"
         check_request(self.ctx.config, "cpu")
         cands = self.candidates(artifact)
@@ -123,7 +116,8 @@ class BuildCpuStage(Stage):
                 "bench": {"batch": bench.batch, "threads": bench.threads},
                 # The choice is a measurement on this machine with these libraries.
                 "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
-                "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")}}
+                "versions": {p: package_version(p) for b in registry.all_backends() if b.offers_cpu()
+                             for p in (b.package, *b.build_packages) if p}}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
@@ -134,30 +128,6 @@ class BuildCpuStage(Stage):
         """Artifacts of this run, newest first (the pipeline records them in ctx.facts)."""
         seen = list(self.ctx.facts.get("artifacts", {}).values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
-
-    def _float_onnx(self, artifact: Artifact) -> Artifact:
-        """The FP32 ONNX the input came from (the quantize stage's input; the input itself at fp32)."""
-        for a in self._lineage(artifact):
-            if a.format == "onnx" and a.precision == "fp32" and a.path.exists():
-                return a
-        raise StageError("cannot find the FP32 ONNX this model was made from",
-                         hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
-
-    def _openvino_source(self, artifact: Artifact) -> Artifact:
-        """The oldest FP32 ONNX of the run (the exporter's, or the user's own), for OpenVINO: its
-        frontend fuses for itself, and later rewrites cost it. NNCF INT8 of MiniLM ran 28% slower
-        from the simplified graph (MatMuls as Reshape + Gemm + Reshape), NNCF INT8 of BERT-base 10%
-        slower from the graph with onnxruntime's transformer fusions."""
-        for a in reversed(self._lineage(artifact)):
-            if a.format == "onnx" and a.precision == "fp32" and a.path.exists():
-                return a
-        return self._float_onnx(artifact)
-
-    def _quantize_source(self, artifact: Artifact) -> Artifact:
-        """The FP32 ONNX an OpenVINO INT8 candidate starts from: the exporter's graph, unless the user
-        excluded nodes by name (the names are those of the quantize stage's input graph)."""
-        q = self.ctx.config.quantize
-        return self._float_onnx(artifact) if q.exclude_nodes else self._openvino_source(artifact)
 
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
@@ -176,7 +146,7 @@ class BuildCpuStage(Stage):
         cfg = self.options()
         tol = self.tolerance()
         cands = self.candidates(artifact)
-        float_art = self._float_onnx(artifact)
+        float_art = newest_float_onnx(self._lineage(artifact))
         specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
         calib, ev = self._data(specs)
         reference, names = run_model(float_art.path, ev)
@@ -187,7 +157,11 @@ class BuildCpuStage(Stage):
             folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
             t0 = time.perf_counter()
             try:
-                self._build(cand, artifact, folder, calib, cands)
+                self._build(cand, RecipeContext(
+                    stage=self.ctx, artifact=artifact, lineage=self._lineage(artifact), calib=calib, eval=ev,
+                    precision=self.ctx.config.quantize.precision, tolerance=tol, cpu=cfg, workdir=workdir,
+                    folder=folder, candidates=cands,
+                    records={"candidate": cand.name, "source_sha256": artifact.sha256}))
                 cand.build["seconds"] = round(time.perf_counter() - t0, 3)
                 self._evaluate(cand, reference, names, ev, tol, threads)
             except OptcliError as exc:
@@ -221,81 +195,11 @@ class BuildCpuStage(Stage):
         accuracy["reference"] = "fp32-onnx"
         return StageResult(out, details, accuracy=accuracy)
 
-    def _build(self, cand: Candidate, artifact: Artifact, folder: Path, calib: SampleSet | None,
-               cands: list[Candidate]) -> None:
-        from optcli.cpu.openvino_ir import convert_onnx, nncf_int8
-
-        facts = {"candidate": cand.name, "source_sha256": artifact.sha256}
-        if cand.recipe == "input":
-            cand.path = artifact.path
-            cand.runner_options = dict(artifact.meta.get("runner_options", {}))
-            cand.build = {"from": "the input artifact", "flavour": artifact.meta.get("flavour")}
-            return
-        hint = OV_HINTS.get(cand.precision) or self._int8_remainder()
-        if cand.recipe == "convert":
-            cand.path, cand.build = convert_onnx(self._openvino_source(artifact).path, folder, hint, facts)
-        elif cand.recipe == "convert-input":
-            cand.path, cand.build = convert_onnx(artifact.path, folder, hint, facts)
-        elif cand.recipe in ("nncf", "nncf-transformer"):
-            named = self._named_float(self._quantize_source(artifact), folder.parent.parent)
-            q = self.ctx.config.quantize
-            cand.path, cand.build = nncf_int8(named, folder, calib, transformer=cand.recipe == "nncf-transformer",
-                                              exclude_nodes=self._excluded_nodes(named), exclude_ops=q.exclude_ops, facts=facts,
-                                              precision=hint)
-        elif cand.recipe == "requantize-s8s8":
-            # Another OpenVINO INT8 candidate already within tolerance makes the (slow) fallback moot.
-            fallback = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
-            onnx_path, info = self._requantize(self._quantize_source(artifact), folder / "qdq", fallback)
-            cand.path, cand.build = convert_onnx(onnx_path, folder, hint, facts)
-            cand.build.update(info)
-        else:
-            raise StageError(f"unknown candidate recipe {cand.recipe!r}")
-        cand.build["inference_precision"] = hint
-        cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
-
-    def _excluded_nodes(self, named: Path) -> list[str]:
-        """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
-        from optcli.quantize.int8_with_fallback import user_excludes
-
-        return user_excludes(self.ctx, load_onnx(named, load_weights=False))
-
-    def _int8_remainder(self) -> str:
-        """What the ops left in float compute in, in an OpenVINO INT8 model: BF16 where the CPU has it
-        (OpenVINO's own default there), else FP32. The gate measures the result either way."""
-        from optcli.runtime.openvino_runner import cpu_supports_bf16
-
-        return "bf16" if cpu_supports_bf16() else "f32"
-
-    def _named_float(self, float_art: Artifact, workdir: Path) -> Path:
-        """The FP32 ONNX with every node named as the quantize stage names them (--exclude matches)."""
-        from optcli.quantize.int8 import name_nodes
-
-        named = workdir / f"float-{float_art.sha256[:12]}-named.onnx"
-        if not named.exists():
-            name_nodes(float_art.path, named)
-        return named
-
-    def _requantize(self, float_art: Artifact, folder: Path, fallback: bool) -> tuple[Path, dict[str, Any]]:
-        """s8/s8 Q/DQ (symmetric int8 activations, zero point 0) through the quantize stage itself:
-        same calibration data and range cache, same gate and automatic fallback."""
-        from optcli.quantize.int8_with_fallback import quantize_int8
-
-        config = copy.deepcopy(self.ctx.config)
-        config.quantize.flavour = "qdq-s8s8"
-        config.quantize.fallback = config.quantize.fallback and fallback
-        folder.mkdir(parents=True, exist_ok=True)
-        a = config.accuracy
-        artifact, details, accuracy = quantize_int8(dataclasses.replace(self.ctx, config=config), float_art, folder,
-                                                    effective("int8", a.cosine, a.max_abs, a.top1))
-        result = StageResult(artifact, details, accuracy=accuracy)
-        d = result.details
-        why_off = "another OpenVINO INT8 candidate already meets the tolerance" if not fallback else "--no-fallback"
-        info = {"flavour": "int8-qdq-s8s8", "quantize_attempts": len(d.get("attempts", [])),
-                "fallback": "on" if config.quantize.fallback else f"off ({why_off})",
-                "excluded_nodes": (d.get("fallback") or {}).get("excluded_nodes", []),
-                "onnxruntime_accuracy": {k: round(v, 6) for k, v in (result.accuracy or {}).items()
-                                         if k in ("cosine_mean", "top1_agreement") and isinstance(v, float)}}
-        return result.artifact.path, info
+    def _build(self, cand: Candidate, ctx: RecipeContext) -> None:
+        assert cand.builder is not None
+        built = cand.builder.build(cand, ctx)
+        cand.path, cand.format = built.path, built.format
+        cand.runner_options, cand.build = built.runner_options, built.details
 
     def _evaluate(self, cand: Candidate, reference: list, names: list[str], ev: SampleSet, tol: Tolerance,
                   threads: int | None) -> None:
@@ -311,8 +215,7 @@ class BuildCpuStage(Stage):
     def _open(self, cand: Candidate, threads: int | None) -> Any:
         from optcli.runtime import open_runner
 
-        fmt = "openvino" if cand.backend == OV else "onnx"
-        return open_runner(cand.path, fmt, threads=threads, **cand.runner_options)
+        return open_runner(cand.path, cand.format, threads=threads, **cand.runner_options)
 
     def _measure(self, cands: list[Candidate], ev: SampleSet, cfg: CpuConfig, threads: int | None) -> dict[str, Any]:
         """One interleaved run over every candidate that ran (those that missed the tolerance too:
@@ -344,30 +247,30 @@ class BuildCpuStage(Stage):
         return info
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
-        """Put the chosen model at the stage folder's top level (model.xml + model.bin, or model.onnx)."""
-        assert chosen.path is not None
+        """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where
+        it runs as it is, else the built file with its companions (an IR's model.xml + model.bin)."""
+        assert chosen.path is not None and chosen.format is not None
         meta: dict[str, Any] = {"candidate": chosen.name, "runner_options": chosen.runner_options}
-        if chosen.backend == OV:
-            for src in (chosen.path, chosen.path.with_suffix(".bin")):
+        if chosen.path != artifact.path:
+            for src in (chosen.path, *registry.companion_files(chosen.path)):
                 shutil.move(str(src), str(workdir / src.name))
             meta["flavour"] = chosen.name
-            return Artifact(workdir / chosen.path.name, "openvino", precision=chosen.precision, stage=self.name,
-                            parent=artifact.sha256, backend="openvino", meta=meta)
-        target = workdir / "model.onnx"
+            return Artifact(workdir / chosen.path.name, chosen.format, precision=chosen.precision, stage=self.name,
+                            parent=artifact.sha256, backend=chosen.backend, meta=meta)
+        target = workdir / f"model{artifact.path.suffix}"
         _link_or_copy(artifact.path, target)
         for extra in artifact.meta.get("external_data", []):
             _link_or_copy(artifact.path.parent / extra, workdir / extra)
         meta["flavour"] = artifact.meta.get("flavour")
         meta["external_data"] = list(artifact.meta.get("external_data", []))
-        return Artifact(target, "onnx", precision=artifact.precision, stage=self.name, parent=artifact.sha256,
-                        backend="onnxruntime", meta=meta)
+        return Artifact(target, artifact.format, precision=artifact.precision, stage=self.name, parent=artifact.sha256,
+                        backend=chosen.backend, meta=meta)
 
     def _cpu_facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"name": cpu_name(), "cores": os.cpu_count()}
-        if installed("openvino"):
-            from optcli.runtime.openvino_runner import cpu_capabilities
-
-            facts["openvino_capabilities"] = cpu_capabilities()
+        for backend in registry.all_backends():
+            if backend.machine_facts and backend.installed():
+                facts.update(registry.load_object(backend.machine_facts)())
         return facts
 
 

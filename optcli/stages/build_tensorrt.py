@@ -8,7 +8,7 @@ with the STRONGLY_TYPED flag, 11.x always).
 
 The engine comes from the engine cache when a valid entry exists for (ONNX bytes, options,
 profiles, TensorRT version, GPU); a corrupt or mismatching entry is reported in the details and
-rebuilt. Before anything else the TensorRT preflight (optcli.tensorrt.preflight) checks the ONNX
+rebuilt. Before anything else the TensorRT preflight (optcli.backends.tensorrt.preflight) checks the ONNX
 against TensorRT's documented parser support; parser failures end the stage with (node, op,
 message) in its reason.
 
@@ -26,11 +26,11 @@ from optcli.artifact import Artifact
 from optcli.onnx_model import io_specs, load_onnx
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, register
-from optcli.tensorrt.builder import Machine, obtain_engine
-from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
-from optcli.tensorrt.options import TensorRTConfig, tensorrt_config
-from optcli.tensorrt.preflight import require_clean
-from optcli.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
+from optcli.backends.tensorrt.builder import Machine, obtain_engine
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
+from optcli.backends.tensorrt.options import TensorRTConfig, tensorrt_config
+from optcli.backends.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 
 
 @register
@@ -67,7 +67,7 @@ class BuildTensorRTStage(Stage):
         injected = self.ctx.facts.get("tensorrt_machine")
         if injected is not None:
             return injected
-        from optcli.tensorrt.probe import tensorrt_status
+        from optcli.backends.tensorrt.probe import tensorrt_status
 
         status = tensorrt_status()
         return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.torch_cuda)

@@ -190,7 +190,7 @@ class ExportStage(Stage):
         args = self._example_args(torch, batch=None if cfg.static_batch else 2)
         module = tm.module
         with torch.inference_mode():
-            from optcli.runtime.torch_runner import flatten_outputs
+            from optcli.backends.torch.runner import flatten_outputs
             n_out = len(flatten_outputs(module(*args)))
         names_in = [s.name for s in self.ctx.inputs]
         names_out = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
@@ -205,7 +205,7 @@ class ExportStage(Stage):
 
     def _verify(self, path: Path, torch: Any, static: bool) -> dict[str, Any]:
         """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static)."""
-        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+        from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
         tm = self.ctx.torch_model
         results: dict[str, Any] = {}
@@ -215,7 +215,7 @@ class ExportStage(Stage):
             for batch in batches:
                 feeds = random_inputs(self.ctx.inputs, batch, seed=7, int_high=tm.int_high)
                 with torch.inference_mode():
-                    from optcli.runtime.torch_runner import flatten_outputs
+                    from optcli.backends.torch.runner import flatten_outputs
                     ref = [t.detach().numpy() for t in flatten_outputs(
                         tm.module(*[torch.from_numpy(feeds[s.name]) for s in self.ctx.inputs]))]
                 got = runner.run_normalized(feeds)

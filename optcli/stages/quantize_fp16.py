@@ -15,9 +15,9 @@ from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
-from optcli.runtime.session_probe import probe
+from optcli.backends.onnxruntime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.preflight import require_clean
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",
                  "Softmax", "LogSoftmax", "Exp", "Log", "Erf", "LayerNormalization", "SkipLayerNormalization",

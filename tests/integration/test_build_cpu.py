@@ -12,7 +12,7 @@ from cpu_fixtures import QUICK, mlp_onnx, npz_dir
 
 from optcli import api
 from optcli.cli.main import main
-from optcli.cpu.options import installed
+from optcli.backends.registry import is_installed as installed
 from optcli.errors import AccuracyError, UsageError
 from optcli.runtime import open_runner
 
@@ -151,7 +151,7 @@ def test_tensorrt_target_skips_with_reason(model: Path, tmp_path: Path) -> None:
 
 @needs_openvino
 def test_bf16_is_gated_like_fp16(model: Path, tmp_path: Path) -> None:
-    from optcli.runtime.openvino_runner import cpu_supports_bf16
+    from optcli.backends.openvino.runner import cpu_supports_bf16
 
     if not cpu_supports_bf16():
         pytest.skip("this CPU has no BF16")

@@ -20,6 +20,8 @@ BACKEND = Backend(
     cpu_refusals=(("fp16", "OpenVINO's CPU plugin has no FP16 arithmetic (it computes FP16 models in FP32 or BF16)",
                    "use --bf16 with --backend openvino, or --fp16 with --backend onnxruntime"),),
     cpu_facts=f"{_HERE}.plan_facts:plan_facts",
+    machine_facts=f"{_HERE}.plan_facts:machine_facts",
+    build_packages=("nncf",),
     triton_platform="openvino",
     triton=f"{_HERE}.triton:TRITON",
 )

@@ -131,19 +131,15 @@ def test_bad_flags_are_one_line_errors(mlp_onnx: Path) -> None:
     assert proc.returncode == EXIT_USAGE and "values must be >= 1" in proc.stderr
 
 
-def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path) -> None:
+def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path, register_backend) -> None:
     from optcli.benchmark.artifacts import ResolvedArtifact
     from optcli.benchmark.sweep import BenchSettings, run_sweep
     from optcli.cli.bench_cmd import _table
-    from optcli.runtime import _RUNNERS, register_runner
     from rich.console import Console
 
-    register_runner("gpu-timed", "measuring_models", "GpuTimedOnnxRunner")
-    try:
-        result = run_sweep(ResolvedArtifact(mlp_onnx, "gpu-timed"),
-                           BenchSettings(batches=[1, 2], concurrency=[1, 2], **{k: v for k, v in QUICK_API.items()}))
-    finally:
-        _RUNNERS.pop("gpu-timed")
+    register_backend("measuring_models")  # its BACKEND runs the "gpu-timed" format
+    result = run_sweep(ResolvedArtifact(mlp_onnx, "gpu-timed"),
+                       BenchSettings(batches=[1, 2], concurrency=[1, 2], **{k: v for k, v in QUICK_API.items()}))
     by_key = {p.key: p for p in result.points}
     assert by_key[(1, 1)].device_ms["p50"] == 0.25 and by_key[(1, 1)].device_ms["timer"] == "cuda events"
     assert by_key[(2, 1)].device_ms["runs"] >= 20 and by_key[(1, 2)].device_ms is None

@@ -10,7 +10,7 @@ import pytest
 
 import optcli
 from optcli.benchmark.artifacts import resolve_artifact
-from optcli.cpu.options import installed
+from optcli.backends.registry import is_installed as installed
 from optcli.errors import EXIT_ACCURACY, AccuracyError
 
 from measuring_models import run_cli

@@ -2,7 +2,7 @@
 
 Transcribed row by row from onnx/onnx-tensorrt docs/operators.md at 96e7811 ("ONNX-TensorRT 10.1 GA
 release", the newest published matrix: later 10.x parsers document no removals). Regenerate from that
-file rather than editing by hand; optcli.tensorrt.preflight applies it.
+file rather than editing by hand; optcli.backends.tensorrt.preflight applies it.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, format_shape
-from optcli.tensorrt.options import Batch
+from optcli.backends.tensorrt.options import Batch
 
 Shape = tuple[int, ...]
 

@@ -40,11 +40,11 @@ from typing import Any
 from optcli.version import __version__
 from optcli.atomic_write import atomic_path
 from optcli.errors import StageError, UsageError
-from optcli.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
-from optcli.tensorrt.logger import make_logger
-from optcli.tensorrt.metadata import EngineMetadata, engine_io, network_io
-from optcli.tensorrt.options import TensorRTConfig
-from optcli.tensorrt.profiles import InputProfile, profiles_json
+from optcli.backends.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
+from optcli.backends.tensorrt.logger import make_logger
+from optcli.backends.tensorrt.metadata import EngineMetadata, engine_io, network_io
+from optcli.backends.tensorrt.options import TensorRTConfig
+from optcli.backends.tensorrt.profiles import InputProfile, profiles_json
 
 _HW_COMPAT = {"ampere+": "AMPERE_PLUS", "same-cc": "SAME_COMPUTE_CAPABILITY"}
 
@@ -151,7 +151,7 @@ def configure(trt: Any, builder: Any, network: Any, options: dict[str, Any], pro
     if missing:
         raise StageError(f"input {missing[0]!r} is a shape tensor (TensorRT needs the range of its values, "
                          "not of its shape)", hint="export the model with that shape as a constant, or build "
-                         "through optcli.tensorrt.builder.build_engine(..., shape_values={name: (min, opt, max)})")
+                         "through optcli.backends.tensorrt.builder.build_engine(..., shape_values={name: (min, opt, max)})")
     dynamic = [p for p in profiles if p.dynamic and p.name not in shape_inputs]
     unknown = [p.name for p in dynamic if p.name not in net_inputs]
     if unknown:

@@ -28,14 +28,11 @@ import numpy as np
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
-from optcli.runtime import register_runner
 from optcli.runtime.base import Runner, _to_numpy
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
-from optcli.tensorrt.builder import deserialize
-from optcli.tensorrt.logger import make_logger
-from optcli.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
-
-register_runner("engine", __name__, "TensorRTRunner")
+from optcli.backends.tensorrt.builder import deserialize
+from optcli.backends.tensorrt.logger import make_logger
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
 
 Shape = tuple[int, ...]
 
@@ -76,7 +73,7 @@ class TensorRTRunner(Runner):
         self.trt = require("tensorrt", "running TensorRT engines")
         self.torch = torch = require("torch", "TensorRT device buffers (a CUDA build of torch)")
         if not torch.cuda.is_available():
-            from optcli.tensorrt.probe import TensorRTStatus, TensorRTUnavailableError
+            from optcli.backends.tensorrt.probe import TensorRTStatus, TensorRTUnavailableError
 
             raise TensorRTUnavailableError(TensorRTStatus(False, (
                 f"torch {torch.__version__} sees no CUDA GPU (CPU build, or no driver)",)))
@@ -110,9 +107,9 @@ class TensorRTRunner(Runner):
 
     @classmethod
     def from_cache(cls, key: str, cache_dir: str | Path | None = None, **options: Any) -> TensorRTRunner:
-        """Open the engine cache entry `key` (see optcli.tensorrt.engine_cache)."""
-        from optcli.tensorrt.engine_cache import EngineCache
-        from optcli.tensorrt.options import default_cache_root
+        """Open the engine cache entry `key` (see optcli.backends.tensorrt.engine_cache)."""
+        from optcli.backends.tensorrt.engine_cache import EngineCache
+        from optcli.backends.tensorrt.options import default_cache_root
 
         root = Path(cache_dir) if cache_dir is not None else default_cache_root() / "engines"
         return cls(EngineCache(root).entry(key), **options)
@@ -372,6 +369,15 @@ def _host_array(host: Any) -> np.ndarray:
     if str(host.dtype) == "torch.bfloat16":
         return host.float().numpy()
     return host.numpy().copy()
+
+
+def device_index(device: Any) -> Any:
+    """The GPU index the runner takes, from the "cuda" / "cuda:1" the other backends take."""
+    if not isinstance(device, str):
+        return device
+    if device != "cuda" and not device.startswith("cuda:"):
+        raise UsageError(f"device {device!r}: a TensorRT engine runs on a GPU", hint="use device='cuda' or 'cuda:N'")
+    return int(device.partition(":")[2] or 0)
 
 
 def _engine_file(path: Path) -> Path:

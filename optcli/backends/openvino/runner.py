@@ -21,11 +21,8 @@ from typing import Any
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
-from optcli.runtime import register_runner
 from optcli.runtime.base import Runner
 from optcli.tensor_spec import TensorSpec
-
-register_runner("openvino", __name__, "OpenVINORunner")
 
 MODEL_FILE = "model.xml"
 WEIGHTS_FILE = "model.bin"

@@ -1,7 +1,7 @@
 """Is there a usable NVIDIA GPU and TensorRT here? Answered without risking this process.
 
 A TensorRT builder created where no GPU is usable can abort the process (a C++ abort, not an
-exception), so the real check runs in a child process (`python -m optcli.tensorrt.probe`) that
+exception), so the real check runs in a child process (`python -m optcli.backends.tensorrt.probe`) that
 imports tensorrt and torch, reads the GPU's name and compute capability, and creates a builder;
 it prints one JSON line. The parent reads it, and a child that crashed, hung or printed nothing is
 reported as such. Cheap checks (nvidia-smi on PATH, the tensorrt package findable) run first so a
@@ -104,7 +104,7 @@ def probe_subprocess(command: list[str] | None = None, timeout: float = PROBE_TI
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = command or [sys.executable, "-m", "optcli.tensorrt.probe"]
+    cmd = command or [sys.executable, "-m", "optcli.backends.tensorrt.probe"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

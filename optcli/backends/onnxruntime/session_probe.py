@@ -1,7 +1,7 @@
 """Load and run an ONNX model once in a child process, so a native crash in onnxruntime (seen with
 FP16 graphs at the ALL level) is reported instead of killing optcli.
 
-    python -m optcli.runtime.session_probe MODEL [--level all] [--disable NchwcTransformer ...]
+    python -m optcli.backends.onnxruntime.session_probe MODEL [--level all] [--disable NchwcTransformer ...]
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 def probe(path: Path, level: str = "all", disabled: list[str] | None = None, timeout: float = 300) -> tuple[bool, str]:
     """(ok, message): whether onnxruntime loads and runs the model in a child process."""
-    cmd = [sys.executable, "-m", "optcli.runtime.session_probe", str(path), "--level", level]
+    cmd = [sys.executable, "-m", "optcli.backends.onnxruntime.session_probe", str(path), "--level", level]
     for d in disabled or []:
         cmd += ["--disable", d]
     try:
@@ -39,7 +39,7 @@ def _main() -> int:
     parser.add_argument("--level", default="all")
     parser.add_argument("--disable", action="append", default=[])
     args = parser.parse_args()
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
     from optcli.tensor_spec import random_inputs
 
     runner = OnnxRuntimeRunner(args.model, optimization=args.level, disabled_optimizers=args.disable, threads=1)

@@ -4,7 +4,7 @@ Key = sha256 of (the ONNX bytes and its external data, the build options, the pr
 TensorRT version, the GPU name and compute capability, the CUDA major). Layout under the cache root:
 
     <root>/<key[:2]>/<key>/model.engine        the serialized engine
-    <root>/<key[:2]>/<key>/model.engine.json   its metadata (optcli.tensorrt.metadata)
+    <root>/<key[:2]>/<key>/model.engine.json   its metadata (optcli.backends.tensorrt.metadata)
 
 An entry is trusted only if its metadata reads, names the same key and a matching machine, the
 engine bytes hash to the recorded sha256, and TensorRT deserializes them; otherwise the lookup says
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.atomic_write import atomic_dir
-from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE, EngineMetadata, read_metadata
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE, EngineMetadata, read_metadata
 
 KEY_VERSION = 2  # 2: the CUDA major joined the key
 

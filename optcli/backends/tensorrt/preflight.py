@@ -1,7 +1,7 @@
 """TensorRT preflight: what TensorRT's ONNX parser will refuse, found on any machine, without TensorRT.
 
 Every rule cites where TensorRT documents it. The support matrix itself is data
-(optcli.tensorrt.onnx_support, transcribed from onnx/onnx-tensorrt docs/operators.md); the rules
+(optcli.backends.tensorrt.onnx_support, transcribed from onnx/onnx-tensorrt docs/operators.md); the rules
 here apply it node by node, with the element types ONNX shape inference gives each tensor:
 
 | rule        | what is refused                                               | source |
@@ -14,7 +14,7 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 | constant    | inputs documented "must be an initializer / constant" that are computed at run time | operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot) |
 | pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 2D/3D | operators.md rows AveragePool, MaxPool, LpPool |
 | static      | EyeLike on an input with a dynamic dim                        | operators.md row EyeLike |
-| data-dependent | NonZero, NonMaxSuppression: outputs shaped by the data, which optcli's TensorRT runner refuses | optcli/runtime/tensorrt_runner.py `_set_shapes` |
+| data-dependent | NonZero, NonMaxSuppression: outputs shaped by the data, which optcli's TensorRT runner refuses | optcli/backends/tensorrt/runner.py `_set_shapes` |
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.errors import StageError
-from optcli.tensorrt.onnx_support import OPS, OPSET_RANGE, QUANTIZED_TYPES, SOURCE
+from optcli.backends.tensorrt.onnx_support import OPS, OPSET_RANGE, QUANTIZED_TYPES, SOURCE
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
 # attempt to cast DOUBLE down to FLOAT" (operators.md notes), so it is checked as FP32.
@@ -200,7 +200,7 @@ def _check_node(index: int, node: Any, g: _Graph) -> list[Finding]:
     if node.op_type in _DATA_DEPENDENT:
         found.append(_finding(index, node, "data-dependent", f"{node.op_type}'s output shape depends on the data; "
                               "TensorRT builds it but optcli's TensorRT runner refuses such outputs",
-                              "optcli/runtime/tensorrt_runner.py _set_shapes"))
+                              "optcli/backends/tensorrt/runner.py _set_shapes"))
     return found
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
 from optcli.optional_imports import require
-from optcli.runtime.openvino_runner import MODEL_FILE, RT_INFO_PRECISION
+from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
 
 # ONNX op types -> the OpenVINO op types they become, for --exclude-op in NNCF's ignored scope.
 OV_OP_TYPES = {"Conv": ["Convolution", "GroupConvolution"], "ConvTranspose": ["ConvolutionBackpropData"],
