@@ -6,17 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Artifact formats optcli knows; the runner for each is chosen in optcli.runtime.
-FORMATS = ("onnx", "pt2", "torchscript", "python", "pickle", "engine", "openvino")
-
-
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory). An OpenVINO IR's
-    .xml covers its .bin too: the weights are half of the model."""
+    """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory). A model file covers
+    its companions too (an OpenVINO IR's .xml its .bin: the weights are half of the model)."""
+    from optcli.backends.registry import companion_files
+
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    if path.suffix == ".xml" and path.with_suffix(".bin").is_file():
-        files.append(path.with_suffix(".bin"))
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path, *companion_files(path)]
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())
@@ -53,9 +49,9 @@ class Artifact:
     def size_bytes(self) -> int:
         if self.path.is_dir():
             return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
-        total = self.path.stat().st_size
-        if self.format == "openvino" and self.path.with_suffix(".bin").is_file():
-            total += self.path.with_suffix(".bin").stat().st_size
+        from optcli.backends.registry import companion_files
+
+        total = self.path.stat().st_size + sum(p.stat().st_size for p in companion_files(self.path))
         # ONNX external data sits beside the model.
         for extra in self.meta.get("external_data", []):
             total += (self.path.parent / extra).stat().st_size

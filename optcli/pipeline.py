@@ -16,11 +16,12 @@ from typing import Any
 
 from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
+from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
 from optcli.config import CompileConfig
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
-from optcli.model_source import ModelSource, detect, load_torch
+from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.onnx_model import io_specs, load_onnx
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
@@ -80,7 +81,7 @@ class Pipeline:
             fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
             # the user's ONNX: token ids must stay inside the embedding tables they index
-            int_high = int_bounds_onnx(source.path) if source.format == "onnx" else {}
+            int_high = int_bounds_onnx(source.path) if source.format == ONNX else {}
         if not inputs:
             raise UsageError(f"{source.path} takes no inputs: there is nothing to feed, measure or calibrate",
                              hint="optcli compiles models with at least one input tensor; "

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from optcli.artifact import Artifact
     from optcli.calibration.dataset import SampleSet
     from optcli.cpu.options import CpuConfig
-    from optcli.model_source import ModelSource, TorchModel
+    from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.quantize.tolerance import Tolerance
     from optcli.stages.base import StageContext
 

@@ -69,6 +69,8 @@ class Backend:
     extra: str | None = None                    # pip extra that installs it: optcli[extra]
     runner: str | None = None                   # "module:Class", a Runner taking (path, **options)
     takes_optimization: bool = False            # its runner takes optimization= (a graph optimization level)
+    shapeless: tuple[str, ...] = ()             # formats whose files record no input shapes: pins go to the
+                                                # runner as inputs= (TorchScript)
     device_option: str | None = None            # "module:function" (str | None) -> the runner's device value
     cpu_recipes: tuple[str, ...] = ()           # "module:RECIPE" CpuRecipe objects, in build-cpu's plan order
     cpu_precisions: tuple[str, ...] = ()        # precisions its CPU recipes can compute in
@@ -188,12 +190,16 @@ def for_folder(folder: Path) -> tuple[Backend, Path] | None:
     return None
 
 
+def is_onnx_file(path: Path) -> bool:
+    """Whether `path` names an ONNX file (by its suffix: nothing is read)."""
+    return path.suffix.lower() in for_format(ONNX).suffixes
+
+
 def companion_files(path: Path) -> list[Path]:
     """Files that are part of the model at `path` besides itself (an OpenVINO IR's .bin), where present."""
-    found = for_path(path)
-    if found is None:
-        return []
-    return [path.with_suffix(s) for s in found[0].companions if path.with_suffix(s).is_file()]
+    suffix = path.suffix.lower()  # by suffix alone: no format_of (hashing a file must not read it twice)
+    wanted = [s for b in all_backends() if suffix in b.suffixes for s in b.companions]
+    return [path.with_suffix(s) for s in wanted if path.with_suffix(s).is_file()]
 
 
 def runner_class(fmt: str) -> type:

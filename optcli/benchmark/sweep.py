@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optcli.backends.registry import for_format
 from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
 from optcli.environment import environment
@@ -187,8 +188,8 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
     runtime, inputs_json = "?", {}
     for conc in sorted(set(settings.concurrency)):
         extra = dict(settings.runner_options)
-        if resolved.format == "torchscript" and settings.pins:
-            extra.setdefault("inputs", batch_free_pins(settings.pins))  # TorchScript records no shapes
+        if settings.pins and resolved.format in for_format(resolved.format).shapeless:
+            extra.setdefault("inputs", batch_free_pins(settings.pins))  # e.g. TorchScript records no shapes
         runner = open_artifact(resolved, concurrency=conc, threads=settings.threads, device=settings.device, **extra)
         try:
             runtime = runner.backend

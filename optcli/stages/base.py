@@ -16,7 +16,7 @@ from optcli.artifact import Artifact
 
 if TYPE_CHECKING:
     from optcli.config import CompileConfig
-    from optcli.model_source import ModelSource, TorchModel
+    from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.tensor_spec import TensorSpec
 
 _REGISTRY: dict[str, type[Stage]] = {}

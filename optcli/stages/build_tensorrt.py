@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
-from optcli.onnx_model import io_specs, load_onnx
-from optcli.optional_imports import require
-from optcli.stages.base import Stage, StageResult, register
+from optcli.backends.registry import ONNX
+from optcli.backends.tensorrt import BACKEND as TENSORRT
 from optcli.backends.tensorrt.builder import Machine, obtain_engine
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.backends.tensorrt.options import TensorRTConfig, tensorrt_config
 from optcli.backends.tensorrt.preflight import require_clean
 from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
+from optcli.onnx_model import io_specs, load_onnx
+from optcli.optional_imports import require
+from optcli.stages.base import Stage, StageResult, register
 
 
 @register
@@ -51,7 +53,7 @@ class BuildTensorRTStage(Stage):
             if self.ctx.config.target == "auto":
                 return f"no TensorRT here: {self.ctx.facts.get('target_reason') or 'not detected'}"
             return f"target is {self.ctx.target}"
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         return None
 
@@ -108,8 +110,8 @@ class BuildTensorRTStage(Stage):
             "options": meta.options, "timing_cache": obtained.timing_cache}
         if obtained.warnings:
             details["tensorrt_warnings"] = obtained.warnings
-        out = Artifact(engine_path, "engine", precision=artifact.precision, stage=self.name, parent=artifact.sha256,
-                       backend="tensorrt", meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version,
+        out = Artifact(engine_path, TENSORRT.format, precision=artifact.precision, stage=self.name,
+                       parent=artifact.sha256, backend=TENSORRT.name, meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version,
                                                  "gpu": meta.gpu, "flavour": "tensorrt-strongly-typed"})
         return StageResult(out, details)
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
+from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.errors import StageError
 from optcli.onnx_model import has_symbolic_batch, save_onnx
 from optcli.optional_imports import require
@@ -99,7 +101,7 @@ class ExportStage(Stage):
     order = 10
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format == "onnx":
+        if artifact.format == ONNX:
             return "input is already ONNX"
         return None
 
@@ -119,7 +121,7 @@ class ExportStage(Stage):
         if tm is None:
             raise StageError("export needs a PyTorch model")
         exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.exporter]
-        if artifact.format in ("torchscript", "pickle") and "torchscript" in exporters:
+        if needs_torchscript_exporter(artifact.format) and "torchscript" in exporters:
             exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
         out = workdir / "model.onnx"
         attempts: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, looks_like_encoder, op_histogram
 from optcli.optional_imports import require
@@ -41,7 +42,7 @@ class FuseStage(Stage):
         return config.fuse.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: offline fusion would need external initializers"

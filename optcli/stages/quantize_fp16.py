@@ -8,6 +8,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
@@ -39,7 +40,7 @@ class QuantizeFp16Stage(Stage):
         return config.quantize.precision == "fp16"
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        return None if artifact.format == "onnx" else f"input is {artifact.format}, not ONNX"
+        return None if artifact.format == ONNX else f"input is {artifact.format}, not ONNX"
 
     def tolerance(self) -> Any:
         a = self.ctx.config.accuracy

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, io_specs, load_onnx, save_onnx
 from optcli.optional_imports import require
@@ -23,7 +24,7 @@ class SimplifyStage(Stage):
         return config.simplify.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: onnxsim cannot hold it in one protobuf"

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from optcli.artifact import Artifact
 from optcli.config import CompileConfig
 from optcli.errors import StageError, UsageError
-from optcli.model_source import ModelSource
+from optcli.backends.torch.loader import ModelSource
 from optcli.onnx_model import io_specs
 from optcli.stages.base import StageContext
 from optcli.stages.build_tensorrt import BuildTensorRTStage

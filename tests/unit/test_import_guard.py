@@ -43,7 +43,7 @@ print(json.dumps({{"names": names, "failed": failed, "loaded": loaded}}))
     # the walk really covered the package: the modules this issue is about are all there
     for name in ("optcli.cli.main", "optcli.cli.compile_cmd", "optcli.pipeline", "optcli.stages.export",
                  "optcli.stages.simplify", "optcli.stages.fuse", "optcli.backends.onnxruntime.runner",
-                 "optcli.backends.torch.runner", "optcli.model_source", "optcli.api", "optcli.__main__"):
+                 "optcli.backends.torch.runner", "optcli.backends.torch.loader", "optcli.api", "optcli.__main__"):
         assert name in result["names"], name
 
 

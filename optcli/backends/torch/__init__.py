@@ -12,4 +12,5 @@ BACKEND = Backend(
     package="torch",
     extra="cpu",
     runner=f"{_HERE}.runner:TorchFileRunner",
+    shapeless=("torchscript",),
 )

@@ -11,7 +11,7 @@ def format_of(path: Path) -> str:
     """pt2 | torchscript; UsageError for a pickled module (loading it runs arbitrary code)."""
     if path.suffix.lower() == ".pt2":
         return "pt2"
-    from optcli.model_source import detect
+    from optcli.backends.torch.loader import detect
 
     fmt = detect(str(path), allow_pickle=True).format
     if fmt == "pickle":

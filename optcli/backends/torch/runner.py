@@ -78,7 +78,7 @@ class TorchFileRunner(TorchRunner):
 
     def __init__(self, path: str | Path, *, inputs: list[str | TensorSpec] | None = None, concurrency: int = 1,
                  threads: int | None = None, device: str = "cpu", allow_pickle: bool = False) -> None:
-        from optcli.model_source import detect, load_torch
+        from optcli.backends.torch.loader import detect, load_torch
 
         torch = require("torch", "running PyTorch models")
         if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):

@@ -1,4 +1,5 @@
-"""What the user passed as MODEL: detect its format and load it, refusing what cannot be loaded safely.
+"""What the user passed as MODEL: detect its format and load it into PyTorch (the export stage's input
+and the FP32 reference), refusing what cannot be loaded safely.
 
 | MODEL                 | format       | loaded with                                   |
 | `.onnx`               | onnx         | onnx (export is skipped)                      |
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optcli.backends.registry import ONNX
 from optcli.errors import UsageError
 from optcli.optional_imports import require
 from optcli.tensor_spec import TensorSpec, canonical_dtype, merge_pinned, with_default_dtype
@@ -39,7 +41,7 @@ class ModelSource:
 
     @property
     def is_torch(self) -> bool:
-        return self.format != "onnx"
+        return self.format != ONNX
 
 
 @dataclass
@@ -83,7 +85,7 @@ def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
                              hint=f"write {path}:make_model (a function returning an nn.Module)")
         return ModelSource(spec, path, "python", factory)
     if suffix == ".onnx":
-        return ModelSource(spec, path, "onnx")
+        return ModelSource(spec, path, ONNX)
     if suffix == ".pt2":
         if not zipfile.is_zipfile(path):
             raise UsageError(f"{path} is not a torch.export archive (not a zip file): truncated or renamed?",
@@ -93,6 +95,12 @@ def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
         return ModelSource(spec, path, _torch_file_kind(path, allow_pickle))
     raise UsageError(f"{path}: unknown model format {suffix or '(no suffix)'!r}",
                      hint="optcli takes .onnx, .pt2, TorchScript (.pt/.pth/.ts) or file.py:factory")
+
+
+def needs_torchscript_exporter(fmt: str) -> bool:
+    """Whether a model of this source format must be exported with the TorchScript exporter (the dynamo
+    exporter refuses ScriptModules)."""
+    return fmt in ("torchscript", "pickle")
 
 
 def _torch_file_kind(path: Path, allow_pickle: bool) -> str:
