@@ -114,7 +114,7 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, *
     "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
     `optimization` for onnxruntime).
     """
-    from optcli.benchmark.artifacts import open_artifact, resolve_artifact
+    from optcli.loaded_model import open_artifact, resolve_artifact
 
     return open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
 
@@ -130,7 +130,7 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     throughput) beyond `max_regression` raises RegressionError (the result is on `.result`);
     `save_baseline` writes the result as a new baseline.
     """
-    from optcli.benchmark.artifacts import resolve_artifact
+    from optcli.loaded_model import resolve_artifact
     from optcli.benchmark.baseline import (compare_to_baseline, load_baseline, parse_bound, regression_error,
                                            save_baseline as write_baseline)
     from optcli.benchmark.sweep import BenchSettings, run_sweep
@@ -175,7 +175,7 @@ def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: in
     import inspect
 
     from optcli.backends.registry import all_backends, for_format, load_object
-    from optcli.benchmark.artifacts import resolve_artifact
+    from optcli.loaded_model import resolve_artifact
     from optcli.errors import UsageError
 
     resolved = resolve_artifact(artifact)

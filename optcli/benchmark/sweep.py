@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.backends.registry import for_format
-from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
 from optcli.environment import environment
 from optcli.errors import UsageError

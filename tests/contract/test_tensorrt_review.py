@@ -302,7 +302,7 @@ def test_row10_version_compatible_engines_run_forward_only():
 
 # -- row 11: profiling verbosity, the profiler, the inspector ---------------------------------------
 def test_row11_profile_names_layer_types(fake, tmp_path):
-    from optcli.benchmark.artifacts import ResolvedArtifact
+    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
@@ -341,7 +341,7 @@ def test_row14_docs_state_the_real_minimum_gpu():
 
 
 def test_row11_an_engine_built_without_detailed_verbosity_is_named_in_a_warning(fake, tmp_path):
-    from optcli.benchmark.artifacts import ResolvedArtifact
+    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))

@@ -246,7 +246,7 @@ def test_plugin_engine_loads_in_a_fresh_process(tmp_path):
 
 def test_profile_names_layers_and_types(tmp_path):
     """Review row 11: built with DETAILED verbosity, the inspector gives every layer a type."""
-    from optcli.benchmark.artifacts import ResolvedArtifact
+    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
 
     engine = build(tmp_path, conv_net(tmp_path / "net.onnx"))

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.errors import StageError
 from optcli.profiling.result import LayerTime, ProfileResult, finish

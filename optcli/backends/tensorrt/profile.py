@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.profiling.result import LayerTime, ProfileResult, finish
 

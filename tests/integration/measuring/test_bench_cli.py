@@ -132,7 +132,7 @@ def test_bad_flags_are_one_line_errors(mlp_onnx: Path) -> None:
 
 
 def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path, register_backend) -> None:
-    from optcli.benchmark.artifacts import ResolvedArtifact
+    from optcli.loaded_model import ResolvedArtifact
     from optcli.benchmark.sweep import BenchSettings, run_sweep
     from optcli.cli.bench_cmd import _table
     from rich.console import Console

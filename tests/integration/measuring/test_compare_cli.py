@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import optcli
-from optcli.benchmark.artifacts import resolve_artifact
+from optcli.loaded_model import resolve_artifact
 from optcli.backends.registry import is_installed as installed
 from optcli.errors import EXIT_ACCURACY, AccuracyError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ["optcli.api", "optcli.benchmark.artifacts", "optcli.benchmark.feeds", "optcli.benchmark.sweep",
+MODULES = ["optcli.api", "optcli.loaded_model", "optcli.benchmark.feeds", "optcli.benchmark.sweep",
            "optcli.benchmark.baseline", "optcli.profiling.result", "optcli.backends.onnxruntime.profile",
            "optcli.backends.tensorrt.profile", "optcli.comparison.variants", "optcli.comparison.interleave",
            "optcli.comparison.result", "optcli.comparison.workflow", "optcli.plots", "optcli.cli.bench_cmd",

@@ -1,5 +1,7 @@
-"""Open any artifact optcli can run: a report.json (its final artifact), an output folder, .onnx,
-.engine, .pt2 or TorchScript. `optcli.load`, `bench`, `profile` and `compare` all open through here.
+"""What `optcli.load` returns and how: any artifact a registered backend runs (.onnx, an OpenVINO .xml,
+.engine, .pt2 or TorchScript), a report.json (its final artifact) or an output folder, resolved to a
+ResolvedArtifact and opened as that backend's Runner. `optcli.load`, `bench`, `profile` and `compare` all
+open through here.
 
 The runner options a stage recorded for its artifact (e.g. the FP16 stage turns off one onnxruntime
 optimizer that crashes on FP16 graphs) come from the stage.json beside it, so a model runs the same
