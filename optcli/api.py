@@ -36,32 +36,21 @@ def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
 
 
 def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
-    """Set `name=value` on whichever stage config has a field of that name."""
-    from optcli.errors import UsageError
+    """Set `name=value` through set_option: a field name of a section (opset=17), "section.field" spelt
+    with a dict (tensorrt={"workspace": "4G"}), an alias (backend="openvino"), and a few switches."""
+    from optcli.config import SECTIONS, set_option
 
-    sections = [config.export, config.simplify, config.fuse, config.bench, config.accuracy, config.quantize]
     for key, value in options.items():
         if key in ("bench", "simplify", "fuse") and isinstance(value, bool):  # bench=False: no latency
-            getattr(config, key).enabled = value
-            continue
-        if key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
+            set_option(config, f"{key}.enabled", value)
+        elif key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
             if value:
-                config.quantize.precision = key
-            continue
-        if key == "backend":  # compile(model, backend="openvino"): the build-cpu stage's [cpu] section
-            config.extra.setdefault("cpu", {})["backend"] = value
-            continue
-        if key in ("calib", "eval") and value is not None:
-            value = Path(value)
-        for section in sections:
-            if hasattr(section, key):
-                setattr(section, key, value)
-                break
+                set_option(config, "precision", key)
+        elif key in SECTIONS and isinstance(value, dict):
+            for name, item in value.items():
+                set_option(config, f"{key}.{name}", item)
         else:
-            if isinstance(value, dict):
-                config.extra.setdefault(key, {}).update(value)
-            else:
-                raise UsageError(f"unknown compile option {key!r}")
+            set_option(config, key, value)
 
 
 def _error_from_report(err: dict[str, Any]) -> OptcliError:

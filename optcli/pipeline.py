@@ -8,7 +8,6 @@ in one place, so an interrupted run says what did not finish. One run per output
 """
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
 from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
-from optcli.config import CompileConfig
+from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
 from optcli.backends.torch.loader import ModelSource, detect, load_torch
@@ -56,12 +55,9 @@ class Pipeline:
 
     def __init__(self, config: CompileConfig, on_event: Event | None = None) -> None:
         config.validate()
-        owned = {cls.config_section for cls in all_stages() if cls.config_section}
-        unknown = sorted(set(config.extra) - owned)
-        if unknown:
-            known = ["compile", "export", "simplify", "fuse", "bench", "accuracy", "quantize", *sorted(owned)]
-            raise UsageError(f"unknown config table [{unknown[0]}]", hint=f"known tables: {', '.join(known)}")
-        self.config = copy.deepcopy(config)
+        for table in sorted(config.extra):
+            section_class(table)  # a misspelt [fusee] is an error, not silently ignored
+        self.config = config.copy()
         self.emit = on_event or _noop
         self.out = config.out_dir()
         self.measure = Measurements(self.config)
@@ -118,6 +114,7 @@ class Pipeline:
         remove_stale_partials(self.out)  # only under the lock: a live run's partials are not stale
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
+        self.config.freeze()  # what the run learnt (a fixed batch) is in; from here on nothing changes it
         ctx.facts["target_reason"] = target_reason
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
         report = RunReport(

@@ -11,7 +11,8 @@
     max_seconds = 30.0
     keep_candidates = false # keep every candidate's files under candidates/ (else only the chosen one)
 
-Stored in CompileConfig.extra["cpu"] (a dict from TOML or the CLI), so config.py did not change. Which
+Registered in optcli.config.SECTIONS; its values are kept in CompileConfig.extra["cpu"] as set (a dict,
+set_option checks the keys) and typed here. Which
 backends exist, what each can compute in and what it needs installed is the backend registry's answer.
 """
 from __future__ import annotations

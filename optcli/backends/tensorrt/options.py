@@ -12,8 +12,8 @@ TOML (optcli.toml) and the CLI flags set the same keys:
     engine_cache = "~/.cache/optcli/tensorrt"   # --engine-cache DIR
     engine_cache_enabled = true # --no-engine-cache
 
-The section is stored in CompileConfig.extra["tensorrt"] (as a dict from TOML, or as a
-TensorRTConfig once the CLI has merged its flags), so adding it did not change config.py.
+Registered in optcli.config.SECTIONS; its values are kept in CompileConfig.extra["tensorrt"] (a dict of
+what was set, through set_option, or a TensorRTConfig once the CLI has merged its flags).
 """
 from __future__ import annotations
 

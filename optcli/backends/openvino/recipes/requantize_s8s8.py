@@ -3,7 +3,6 @@ point 0) through the quantize stage's own function (same calibration data and ra
 automatic fallback), then converted to an IR."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ def _requantize(ctx: RecipeContext, float_art: Artifact, folder: Path, fallback:
     from optcli.quantize.int8_with_fallback import quantize_int8
     from optcli.quantize.tolerance import effective
 
-    config = copy.deepcopy(ctx.stage.config)
+    config = ctx.stage.config.copy()  # the run's config is frozen: change a copy
     config.quantize.flavour = "qdq-s8s8"
     config.quantize.fallback = config.quantize.fallback and fallback
     folder.mkdir(parents=True, exist_ok=True)
