@@ -19,7 +19,7 @@ from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import is_large, load_onnx, looks_like_encoder, op_histogram
-from optcli.ort_optimize import optimize_offline
+from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
