@@ -55,7 +55,7 @@ def expose_tensors(path: Path, tensors: list[str]) -> Path:
     """A copy of the model with `tensors` added as float graph outputs (beside the model)."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the copy sits beside `path`: same weights file
     have = {o.name for o in model.graph.output}
     for t in tensors:
         if t not in have:

@@ -18,7 +18,7 @@ from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
@@ -106,7 +106,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
-    fp32.unlink()
+    remove_onnx(fp32)
     details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour)}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
-from optcli.artifact import Artifact, sha256_file
+from optcli.artifact import Artifact, onnx_external_files, sha256_file
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
@@ -259,10 +259,11 @@ class BuildCpuStage(Stage):
                             parent=artifact.sha256, backend=chosen.backend, meta=meta)
         target = workdir / f"model{artifact.path.suffix}"
         _link_or_copy(artifact.path, target)
-        for extra in artifact.meta.get("external_data", []):
-            _link_or_copy(artifact.path.parent / extra, workdir / extra)
+        external = onnx_external_files(artifact.path) if artifact.path.suffix == ".onnx" else []
+        for extra in external:  # a copy: onnx.load refuses hard-linked external data
+            shutil.copyfile(artifact.path.parent / extra, workdir / extra)
         meta["flavour"] = artifact.meta.get("flavour")
-        meta["external_data"] = list(artifact.meta.get("external_data", []))
+        meta["external_data"] = external
         return Artifact(target, artifact.format, precision=artifact.precision, stage=self.name, parent=artifact.sha256,
                         backend=chosen.backend, meta=meta)
 

@@ -24,7 +24,7 @@ from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.errors import StageError
-from optcli.onnx_model import has_symbolic_batch, save_onnx
+from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
@@ -129,7 +129,7 @@ class ExportStage(Stage):
         for exporter in exporters:
             try:
                 with _quiet():
-                    model = self._export_dynamo(torch) if exporter == "dynamo" else self._export_torchscript(torch)
+                    model = self._export_dynamo(torch, out) if exporter == "dynamo" else self._export_torchscript(torch)
                 if cfg.static_batch:
                     first = self.ctx.inputs[0].shape[0]
                     _pin_batch(model, first if isinstance(first, int) else 1)
@@ -163,7 +163,17 @@ class ExportStage(Stage):
                          hint=f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
                               "--debug prints the exporter's traceback") from last
 
-    def _export_dynamo(self, torch: Any) -> Any:
+    def _export_dynamo(self, torch: Any, out: Path) -> Any:
+        prog = self._dynamo_program(torch)
+        if not near_protobuf_limit(_initializer_bytes(prog)):
+            return prog.model_proto
+        # A large model goes to disk straight from the exporter's tensors: model_proto would hold a
+        # serialized copy of every weight in memory (a 2.1 GB model peaked at 13 GB that way).
+        prog.save(out, external_data=True)
+        del prog
+        return load_onnx(out, load_weights=False)
+
+    def _dynamo_program(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
         if tm.exported_program is not None:
@@ -184,7 +194,7 @@ class ExportStage(Stage):
             else:
                 prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
                                          dynamic_shapes=dyn, input_names=names, external_data=False)
-        return prog.model_proto
+        return prog
 
     def _export_torchscript(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
@@ -232,6 +242,11 @@ class ExportStage(Stage):
         finally:
             runner.close()
         return results
+
+
+def _initializer_bytes(prog: Any) -> int:
+    """Bytes of the exported program's weights (without serializing them)."""
+    return sum(v.const_value.nbytes for v in prog.model.graph.initializers.values() if v.const_value is not None)
 
 
 def _pin_batch(model: Any, batch: int) -> None:
