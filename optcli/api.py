@@ -48,6 +48,9 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
             if value:
                 config.quantize.precision = key
             continue
+        if key == "unpad" and isinstance(value, bool):  # compile(model, unpad=False): the [unpad] section
+            config.extra.setdefault("unpad", {})["enabled"] = value
+            continue
         if key == "backend":  # compile(model, backend="openvino"): the build-cpu stage's [cpu] section
             config.extra.setdefault("cpu", {})["backend"] = value
             continue
