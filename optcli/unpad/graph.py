@@ -186,6 +186,11 @@ def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
             n.input[i] = sliced
     if pad_outputs:
         _pad_outputs(model, b, plan, length, full)
+    elif isinstance(plan.length, int):  # the body alone: its outputs are L long where they were S
+        for o in model.graph.output:
+            for d in o.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value == plan.length:
+                    d.dim_param = "unpadded_length"
     from optcli.onnx_model import sort_topologically
 
     model.graph.node.extend(b.nodes)
