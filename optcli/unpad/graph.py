@@ -10,7 +10,7 @@ rewrite is never wrong about which positions hold tokens (it only saves nothing 
 A graph exported at a fixed S carries S in its constants: reshape targets (`[-1, 128, 12, 64]`),
 folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`).
 `despecialise` makes those follow L: an integer shape constant holding S (fed to Reshape, Expand,
-ConstantOfShape, Slice ends, Range) gets S replaced by L; a broadcast-shaped data constant (dim 0 of
+ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a broadcast-shaped data constant (dim 0 of
 1, not a weight) with axes of size S is sliced to L on them. That is a value-based guess, so nothing
 here is trusted: optcli/unpad/verify.py runs the rewritten graph against the original on data and
 the stage refuses the rewrite when any output differs on a valid position.
@@ -135,6 +135,22 @@ def _consumers(model: Any) -> dict[str, list[tuple[Any, int]]]:
     return uses
 
 
+def _shape_tensors(model: Any) -> set[str]:
+    """Tensors used as shapes or lengths: the shape slots' inputs, and what Concat assembles them from."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    stack = [n.input[i] for n in model.graph.node for i in _SHAPE_SLOTS.get(n.op_type, ()) if i < len(n.input)]
+    found: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in found:
+            continue
+        found.add(name)
+        p = producer.get(name)
+        if p is not None and p.op_type == "Concat":
+            stack.extend(p.input)
+    return found
+
+
 def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
     """Make constants that hold the fixed length S follow L (see the module docstring); returns what
     was changed, for the report. A no-op when the graph's length is symbolic."""
@@ -144,11 +160,13 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
 
     s = plan.length
     uses = _consumers(model)
+    shapes = _shape_tensors(model)
     changed: list[str] = []
     for name, value in _constants(model).items():
         slots = uses.get(name, [])
         if value.dtype.type in _INT_TYPES and value.ndim <= 1 and s in value.reshape(-1).tolist():
-            shape_uses = [(n, i) for n, i in slots if i in _SHAPE_SLOTS.get(n.op_type, ())]
+            shape_uses = [(n, i) for n, i in slots if i in _SHAPE_SLOTS.get(n.op_type, ())
+                          or (n.op_type == "Concat" and n.output[0] in shapes)]
             if not shape_uses:
                 continue
             dyn = b.node("Cast", [length], to=helper.np_dtype_to_tensor_dtype(value.dtype))
