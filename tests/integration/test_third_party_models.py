@@ -67,7 +67,7 @@ def test_bert_compiles(bert_files: dict[str, Path], tmp_path: Path, fmt: str) ->
     assert any(op.startswith("com.microsoft.") for op in fuse["graph"]["ops_after"])
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(out / "03-fuse" / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(out / "04-fuse" / "model.onnx"), providers=["CPUExecutionProvider"])
     ids = np.random.default_rng(0).integers(0, 100, (4, SEQ)).astype(np.int64)
     feeds = {i.name: (ids if "ids" in i.name else np.ones_like(ids)) for i in sess.get_inputs()}
     hidden = sess.run(None, feeds)[0]

@@ -42,7 +42,7 @@ def test_ctrl_c_inside_a_stage(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Pat
     with pytest.raises(KeyboardInterrupt):
         Pipeline(config(matmul_onnx, out)).run()
     assert not (out / "02-simplify").exists()
-    assert not (out / "03-fuse").exists()
+    assert not (out / "04-fuse").exists()
     assert leftovers(out) == []
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted"
@@ -59,13 +59,13 @@ def test_ctrl_c_keeps_the_previous_good_artifact(monkeypatch: pytest.MonkeyPatch
                                                  tmp_path: Path) -> None:
     out = tmp_path / "out"
     Pipeline(config(matmul_onnx, out)).run()
-    good = (out / "03-fuse" / "model.onnx").read_bytes()
+    good = (out / "04-fuse" / "model.onnx").read_bytes()
     monkeypatch.setattr(FuseStage, "run", half_write_then(KeyboardInterrupt()))
     cfg = config(matmul_onnx, out)
     cfg.force = True
     with pytest.raises(KeyboardInterrupt):
         Pipeline(cfg).run()
-    assert (out / "03-fuse" / "model.onnx").read_bytes() == good  # the old one, never the half one
+    assert (out / "04-fuse" / "model.onnx").read_bytes() == good  # the old one, never the half one
     assert leftovers(out) == []
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted"
