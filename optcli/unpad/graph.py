@@ -213,8 +213,25 @@ def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
 
     model.graph.node.extend(b.nodes)
     sort_topologically(model.graph)  # rewrite nodes may read Constant nodes of the body
-    del model.graph.value_info[:]  # inferred shapes said S; inside the body they are now L
+    _forget_lengths(model)
     return {"constants_changed": changed}
+
+
+def _forget_lengths(model: Any) -> None:
+    """Recorded shapes said S; inside the body they are now L. Keep every tensor's type (quantizers
+    and later fusions need them, and ONNX inference cannot see through com.microsoft ops), drop the
+    dims, then let ONNX shape inference fill in what it can."""
+    import onnx
+
+    for vi in model.graph.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            d.Clear()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help: the types kept above are enough
+        return
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
 
 
 def _pad_outputs(model: Any, b: _Builder, plan: Plan, length: str, full: str) -> None:
