@@ -49,7 +49,7 @@ def test_ctrl_c_inside_a_stage(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Pat
     assert report["error"]["exit_code"] == 130
     assert [(s["name"], s["status"]) for s in core_stages(report)] == [
         ("export", "skipped"), ("simplify", "interrupted"), ("fuse", "not-run")]
-    for s in report["stages"][2:]:  # fuse, and any stage a later issue added after it
+    for s in report["stages"][2:]:  # unpad, fuse, and any stage a later issue added after them
         assert (s["status"], s["reason"]) == ("not-run", "the run was interrupted")
     assert report["final"] is None
     assert "interrupted" in (out / "report.md").read_text()
@@ -70,7 +70,7 @@ def test_ctrl_c_keeps_the_previous_good_artifact(monkeypatch: pytest.MonkeyPatch
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted"
     assert [s["status"] for s in core_stages(report)] == ["skipped", "ok", "interrupted"]
-    assert all(s["status"] == "not-run" for s in report["stages"][3:])
+    assert all(s["status"] == "not-run" for s in report["stages"][4:])
 
 
 def test_ctrl_c_exit_code_130(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Path, tmp_path: Path) -> None:

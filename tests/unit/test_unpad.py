@@ -130,7 +130,10 @@ def test_body_runs_at_the_bucketed_valid_length(tiny: Path, tmp_path: Path) -> N
 
 def test_rewritten_graph_equals_the_original_on_valid_positions_and_pads_with_zero(tiny: Path, tmp_path: Path) -> None:
     out, _ = rewritten(tiny, tmp_path)
-    assert [o.name for o in load_onnx(out).graph.output] == ["hidden", "cls"]
+    model = load_onnx(out)
+    assert [o.name for o in model.graph.output] == ["hidden", "cls"]
+    typed = {v.name for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+    assert all(o in typed for n in model.graph.node for o in n.output)  # quantizers read these types
     for lengths in ([5, 12, 1], [32, 3], [32]):
         feeds = right_padded_feeds(lengths)
         ref, got = run(tiny, feeds), run(out, feeds)
