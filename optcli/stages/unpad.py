@@ -49,6 +49,9 @@ class UnpadStage(Stage):
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: the rewrite would need external initializers"
+        if self.ctx.target == "tensorrt" and not unpad_config(self.ctx.config).tensorrt:
+            return ("target is tensorrt: a length read from the mask's values is a data-dependent shape, not yet "
+                    "verified with TensorRT's builder ([unpad] tensorrt = true applies it; docs/unpad.md)")
         plan = self._plan(artifact)
         return plan if isinstance(plan, str) else None
 

@@ -3,6 +3,7 @@
     [unpad]
     enabled = true      # --no-unpad turns it off
     bucket = 16         # the computed length is rounded up to a multiple of this (fewer distinct shapes)
+    tensorrt = false    # also on the tensorrt target: unverified on a GPU (docs/unpad.md, TensorRT)
 
 Stored in CompileConfig.extra["unpad"] (a dict from TOML, the CLI or the API), so config.py does not change.
 """
@@ -23,10 +24,12 @@ class UnpadConfig:
 
     enabled: bool = True
     bucket: int = 16
+    tensorrt: bool = False
 
     def validate(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise UsageError(f"[unpad] enabled = {self.enabled!r}", hint="use true or false")
+        for key in ("enabled", "tensorrt"):
+            if not isinstance(getattr(self, key), bool):
+                raise UsageError(f"[unpad] {key} = {getattr(self, key)!r}", hint="use true or false")
         if isinstance(self.bucket, bool) or not isinstance(self.bucket, int) or not 1 <= self.bucket <= 4096:
             raise UsageError(f"[unpad] bucket = {self.bucket!r}", hint="a whole number of tokens, e.g. 8 or 16")
 

@@ -153,9 +153,10 @@ def test_symbolic_length_graph_needs_no_constant_change(tmp_path: Path) -> None:
     assert acc["max_abs_err"] < 1e-5
 
 
-def stage_for(path: Path, tmp_path: Path, target: str = "cpu", **quantize: object) -> tuple[UnpadStage, Artifact]:
+def stage_for(path: Path, tmp_path: Path, target: str = "cpu", unpad: dict | None = None,
+              **quantize: object) -> tuple[UnpadStage, Artifact]:
     config = CompileConfig(model=str(path), out=tmp_path)
-    config.extra["unpad"] = {"bucket": 8}
+    config.extra["unpad"] = {"bucket": 8, **(unpad or {})}
     for key, value in quantize.items():
         setattr(config.quantize, key, value)
     inputs, _ = io_specs(load_onnx(path))
@@ -235,3 +236,10 @@ def test_unpad_config_section() -> None:
     config.extra["unpad"] = {"buckets": 8}
     with pytest.raises(UsageError, match="unknown key 'buckets'"):
         unpad_config(config)
+
+
+def test_tensorrt_target_is_opt_in_and_checked_by_the_preflight(tiny: Path, tmp_path: Path) -> None:
+    stage, artifact = stage_for(tiny, tmp_path, target="tensorrt")
+    assert stage.skip_reason(artifact).startswith("target is tensorrt: a length read from the mask's values")
+    d = run_stage(*stage_for(tiny, tmp_path, target="tensorrt", unpad={"tensorrt": True}), tmp_path).details
+    assert d["applied"] is True  # optcli check: no findings on the rewritten graph
