@@ -230,7 +230,8 @@ def bench_model(name: str, out: Path, rounds: int, batches: list[int]) -> list[d
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | lengths | batch | variant | ms / request | x NNCF default | x no-unpad | cosine (valid tokens) |",
+    lines = ["| model | lengths | batch | variant | ms / request | x NNCF default | x no-unpad "
+             "| cosine (valid tokens) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['lengths']} | {r['batch']} | {r['variant']} | {r['ms_per_request']:.3f} | "

@@ -100,9 +100,9 @@ class UnpadStage(Stage):
             out.unlink()
             return self._skip(artifact, workdir, details, reason)
         details["applied"] = True
+        flavour = artifact.meta.get("flavour")
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
-                                    meta={"flavour": artifact.meta.get("flavour")} if artifact.meta.get("flavour") else {}),
-                           details)
+                                    meta={"flavour": flavour} if flavour else {}), details)
 
     def _prove(self, original: Path, rewritten: Path, plan: Any, length: int, details: dict[str, Any]) -> str | None:
         """Run both graphs on right-padded random samples and the held-out data; the reason to refuse, or None."""

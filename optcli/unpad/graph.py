@@ -10,10 +10,11 @@ rewrite is never wrong about which positions hold tokens (it only saves nothing 
 A graph exported at a fixed S carries S in its constants: reshape targets (`[-1, 128, 12, 64]`),
 folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`).
 `despecialise` makes those follow L: an integer shape constant holding S (fed to Reshape, Expand,
-ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a broadcast-shaped data constant (dim 0 of
-1, not a weight) with axes of size S is sliced to L on them. That is a value-based guess, so nothing
-here is trusted: optcli/unpad/verify.py runs the rewritten graph against the original on data and
-the stage refuses the rewrite when any output differs on a valid position.
+ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a
+broadcast-shaped data constant (dim 0 of 1, not a weight) with axes of size S is sliced to L on them.
+That is a value-based guess, so nothing here is trusted: optcli/unpad/verify.py runs the rewritten
+graph against the original on data and the stage refuses the rewrite when any output differs on a
+valid position (a hidden size equal to S, say, makes the guess wrong and the proof fail).
 """
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
     """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch."""
     from onnx import TensorProto
 
+    def i64(value: int) -> str:
+        return b.const(np.array(value, np.int64))
+
     mask = b.node("Cast", [plan.mask], "mask_i64", to=TensorProto.INT64)
     if isinstance(plan.length, int):
         full = b.const(np.array(plan.length, np.int64), "padded_length")
@@ -106,13 +110,12 @@ def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
     else:
         shape = b.node("Shape", [plan.mask], "mask_shape", start=1, end=2)
         full = b.node("Squeeze", [shape], "padded_length")
-        positions = b.node("Range", [b.const(np.array(1, np.int64)), b.node("Add", [full, b.const(np.array(1, np.int64))]),
-                                     b.const(np.array(1, np.int64))], "positions")
-    valid = b.node("Cast", [b.node("Greater", [mask, b.const(np.array(0, np.int64))])], to=TensorProto.INT64)
+        positions = b.node("Range", [i64(1), b.node("Add", [full, i64(1)]), i64(1)], "positions")
+    valid = b.node("Cast", [b.node("Greater", [mask, i64(0)])], to=TensorProto.INT64)
     extent = b.node("ReduceMax", [b.node("Mul", [valid, positions])], "extent", keepdims=0)
-    extent = b.node("Max", [extent, b.const(np.array(1, np.int64))])
+    extent = b.node("Max", [extent, i64(1)])
     k = b.const(np.array(plan.bucket, np.int64), "bucket")
-    rounded = b.node("Mul", [b.node("Div", [b.node("Add", [extent, b.const(np.array(plan.bucket - 1, np.int64))]), k]), k])
+    rounded = b.node("Mul", [b.node("Div", [b.node("Add", [extent, i64(plan.bucket - 1)]), k]), k])
     length = b.node("Min", [rounded, full], "valid_length")
     return b.node("Reshape", [length, b.const(np.array([1], np.int64))], "valid_length_1d"), full
 
