@@ -25,7 +25,7 @@ ort = pytest.importorskip("onnxruntime")
 S, H, V = 32, 8, 50
 
 
-def encoder(leak: bool = False, symbolic: bool = False) -> object:
+def encoder(leak: bool = False, symbolic: bool = False, H: int = H) -> object:
     """Embeddings + a folded position constant + one masked self-attention + a Reshape with S in its
     shape; outputs: hidden (batch x S x H) and the first token's vector (batch x H). `leak` adds the
     mean over all positions, padding included, to the first token's vector: a model the rewrite must refuse."""
@@ -243,3 +243,10 @@ def test_tensorrt_target_is_opt_in_and_checked_by_the_preflight(tiny: Path, tmp_
     assert stage.skip_reason(artifact).startswith("target is tensorrt: a length read from the mask's values")
     d = run_stage(*stage_for(tiny, tmp_path, target="tensorrt", unpad={"tensorrt": True}), tmp_path).details
     assert d["applied"] is True  # optcli check: no findings on the rewritten graph
+
+
+def test_stage_refuses_when_the_hidden_size_equals_the_padded_length(tmp_path: Path) -> None:
+    path = tmp_path / "square.onnx"
+    save_onnx(encoder(H=S), path)  # S in a shape or a constant's dims no longer says "sequence"
+    d = run_stage(*stage_for(path, tmp_path), tmp_path).details
+    assert d["applied"] is False and d["skipped"].startswith("the graph does not run at a shorter length")
