@@ -250,3 +250,19 @@ def test_stage_refuses_when_the_hidden_size_equals_the_padded_length(tmp_path: P
     save_onnx(encoder(H=S), path)  # S in a shape or a constant's dims no longer says "sequence"
     d = run_stage(*stage_for(path, tmp_path), tmp_path).details
     assert d["applied"] is False and d["skipped"].startswith("the graph does not run at a shorter length")
+
+
+@pytest.mark.slow  # two whole pipeline runs
+def test_pipeline_reports_a_refused_rewrite_as_skipped_and_goes_on_with_its_input(tmp_path: Path) -> None:
+    from optcli.api import compile as api_compile
+
+    path = tmp_path / "leak.onnx"
+    save_onnx(encoder(leak=True), path)
+    for expected_first in (True, False):  # the second run reuses the stage's cache entry: same verdict
+        report = api_compile(path, out=tmp_path / "out", target="cpu", bench=False, backend="onnxruntime",
+                             unpad={"bucket": 8}, check=True)
+        unpad = report.stage("unpad")
+        assert unpad.status == "skipped" and unpad.reason.startswith("output 'cls' differs on valid positions")
+        fuse = report.stage("fuse")
+        assert fuse.status == ("ok" if expected_first else "cached")
+        assert fuse.graph["nodes_before"] == report.stage("simplify").graph["nodes_after"]  # not the rewrite
