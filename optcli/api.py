@@ -46,6 +46,8 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
         elif key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
             if value:
                 set_option(config, "precision", key)
+        elif key == "unpad" and isinstance(value, bool):  # compile(model, unpad=False)
+            set_option(config, "unpad.enabled", value)
         elif key in SECTIONS and isinstance(value, dict):
             for name, item in value.items():
                 set_option(config, f"{key}.{name}", item)

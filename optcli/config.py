@@ -209,6 +209,7 @@ SECTIONS: dict[str, type | str] = {
     "quantize": QuantizeConfig,
     "cpu": "optcli.cpu.options:CpuConfig",
     "tensorrt": "optcli.backends.tensorrt.options:TensorRTConfig",
+    "unpad": "optcli.unpad.options:UnpadConfig",
 }
 # [compile]: the CompileConfig's own fields a config file may set.
 TOP_LEVEL = ("force", "inputs", "out", "target")

@@ -213,7 +213,7 @@ class Pipeline:
                        made.meta, made.sha256)
         record.status, record.artifact = "ok", str((stage_dir / rel).relative_to(self.out))
         self._apply_gate(stage, record)
-        return out
+        return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
                cached: dict[str, Any], reference: dict[str, Any]) -> Artifact:
@@ -228,7 +228,17 @@ class Pipeline:
         else:
             self.measure.around_stage(ctx, stage, record, artifact, out, reference)
         self._apply_gate(stage, record)
-        return out
+        return self._declined(record, artifact, out)
+
+    @staticmethod
+    def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:
+        """A stage whose own analysis found it does not apply (details["skipped"]: the reason) is
+        reported skipped, and the run goes on with its input; its folder stays as the cache entry."""
+        reason = record.details.get("skipped")
+        if not reason:
+            return out
+        record.status, record.reason = "skipped", str(reason)
+        return before
 
     def _apply_gate(self, stage: Stage, record: StageReport) -> None:
         if record.accuracy is None:

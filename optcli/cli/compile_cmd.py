@@ -62,6 +62,8 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
             set_option(config, f"{flag.removeprefix('no_')}.enabled", False)
     _apply_quantize_flags(ctx, config, params)
     apply_tensorrt_options(ctx, config)
+    if params["no_unpad"]:
+        set_option(config, "unpad.enabled", False)
     return config
 
 
@@ -128,6 +130,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
                    "e.g. feature-extraction, text-classification, fill-mask, text-generation, image-classification.")
 @click.option("--no-simplify", is_flag=True, help="Skip the simplify stage.")
 @click.option("--no-fuse", is_flag=True, help="Skip the fuse stage.")
+@click.option("--no-unpad", is_flag=True,
+              help="Keep computing padded tokens (by default encoders with an attention mask skip them).")
 @click.option("--fuse-level", type=click.Choice(["basic", "extended"]), default="extended", show_default=True,
               help="basic keeps plain ONNX ops; extended adds onnxruntime fused ops (CPU).")
 @click.option("--transformer-fusion", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from optcli.accuracy import compare_outputs
+from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.calibration.dataset import SampleSet
 
 EVAL_BATCH = 32
@@ -69,7 +69,7 @@ def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: Samp
              runner_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy)."""
     outs, names = run_model(candidate, samples, runner_options=runner_options)
-    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels)
+    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary
