@@ -22,11 +22,12 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file's bytes (of every file, sorted by name, for a directory). A model file covers
     its companions too (an OpenVINO IR's .xml its .bin, an ONNX graph its external data files: the
     weights are the model, and an edit there must change the identity)."""
+    from optcli.backends import registry
     from optcli.backends.registry import companion_files
 
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path, *companion_files(path)]
-    if path.suffix == ".onnx" and path.is_file():
+    if registry.is_onnx_file(path) and path.is_file():
         files.extend(path.parent / f for f in onnx_external_files(path))
     for f in files:
         if path.is_dir():
@@ -64,11 +65,12 @@ class Artifact:
     def size_bytes(self) -> int:
         if self.path.is_dir():
             return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+        from optcli.backends import registry
         from optcli.backends.registry import companion_files
 
         total = self.path.stat().st_size + sum(p.stat().st_size for p in companion_files(self.path))
         # ONNX external data sits beside the model.
-        for extra in onnx_external_files(self.path) if self.format == "onnx" else []:
+        for extra in onnx_external_files(self.path) if self.format == registry.ONNX else []:
             total += (self.path.parent / extra).stat().st_size
         return total
 

@@ -259,7 +259,7 @@ class BuildCpuStage(Stage):
                             parent=artifact.sha256, backend=chosen.backend, meta=meta)
         target = workdir / f"model{artifact.path.suffix}"
         _link_or_copy(artifact.path, target)
-        external = onnx_external_files(artifact.path) if artifact.path.suffix == ".onnx" else []
+        external = onnx_external_files(artifact.path) if registry.is_onnx_file(artifact.path) else []
         for extra in external:  # a copy: onnx.load refuses hard-linked external data
             shutil.copyfile(artifact.path.parent / extra, workdir / extra)
         meta["flavour"] = artifact.meta.get("flavour")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, save_onnx
 from optcli.stages.base import Stage, StageResult, register
 from optcli.unpad.options import unpad_config
@@ -45,7 +46,7 @@ class UnpadStage(Stage):
         return find_plan(load_onnx(artifact.path, load_weights=False), unpad_config(self.ctx.config).bucket)
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: the rewrite would need external initializers"
