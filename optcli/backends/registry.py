@@ -45,6 +45,7 @@ BACKEND_MODULES: tuple[str, ...] = (
     "optcli.backends.onnxruntime",
     "optcli.backends.openvino",
     "optcli.backends.tensorrt",
+    "optcli.backends.inductor",
     "optcli.backends.torch",
 )
 
@@ -135,6 +136,12 @@ def all_backends() -> tuple[Backend, ...]:
 
 def names() -> tuple[str, ...]:
     return tuple(_load())
+
+
+def cpu_backends_without_onnx() -> tuple[str, ...]:
+    """Installed backends with a CPU recipe that builds from the PyTorch model, needing no ONNX."""
+    return tuple(b.name for b in all_backends() if b.installed()
+                 and any(not load_object(ref).needs_onnx for ref in b.cpu_recipes))
 
 
 def cpu_backend_names() -> tuple[str, ...]:
