@@ -45,6 +45,7 @@ BACKEND_MODULES: tuple[str, ...] = (
     "optcli.backends.onnxruntime",
     "optcli.backends.openvino",
     "optcli.backends.tensorrt",
+    "optcli.backends.inductor",
     "optcli.backends.torch",
 )
 

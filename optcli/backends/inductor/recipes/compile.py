@@ -1,0 +1,49 @@
+"""Recipe `aoti-compile`: compile the user's PyTorch program with AOTInductor (freezing on), FP32, or INT8
+through PT2E calibrated on the run's calibration samples. It starts from PyTorch, not from the ONNX, so
+it needs a PyTorch input; packages are cached by program hash (a re-run does not compile again).
+
+`--backend inductor` builds it; `--backend auto` does not try it (it would add tens of seconds of
+compiling to every run; where it can win is measured in docs/benchmarks/cpu.md).
+"""
+from __future__ import annotations
+
+from optcli.backends.recipe import Built, CpuRecipe, PlanRequest, RecipeContext
+from optcli.cpu.candidates import Candidate
+
+INSTALL = "pip install 'optcli[inductor]'"
+NOT_IN_AUTO = "not tried by --backend auto (tens of seconds to compile); --backend inductor builds it"
+
+
+class CompileRecipe(CpuRecipe):
+    name = "aoti-compile"
+    backend = "inductor"
+    simplicity = 2
+
+    def plan(self, req: PlanRequest) -> list[Candidate]:
+        if req.precision not in ("fp32", "int8"):
+            return []
+        skip = None
+        if not req.torch_source:
+            skip = "the input is ONNX; AOTInductor compiles PyTorch programs (pass the .pt2 or file.py:factory)"
+        elif req.precision == "int8" and not req.facts.get(self.backend, {}).get("torchao", True):
+            skip = f"INT8 through PT2E needs torchao ({INSTALL})"
+        elif req.backend == "auto":
+            skip = NOT_IN_AUTO
+        return [self.candidate(f"inductor-{req.precision}", req.precision, skip)]
+
+    def build(self, cand: Candidate, ctx: RecipeContext) -> Built:
+        from optcli.backends.inductor.cache import PackageCache
+        from optcli.backends.inductor.files import FORMAT
+        from optcli.backends.inductor.package import build_package
+        from optcli.errors import StageError
+
+        if ctx.torch_model is None:
+            raise StageError("AOTInductor needs the PyTorch model", hint="pass the .pt2 or file.py:factory, not ONNX")
+        out = ctx.folder / "model.pt2"
+        details = build_package(ctx.torch_model, ctx.stage.inputs, out, precision=cand.precision, calib=ctx.calib,
+                                batch=ctx.stage.config.bench.batch, cache=PackageCache(),
+                                force=ctx.stage.config.force)
+        return Built(out, FORMAT, details=details)
+
+
+RECIPE = CompileRecipe()
