@@ -121,7 +121,7 @@ def test_the_structural_check_finds_what_it_looks_for(tmp_path: Path, monkeypatc
 
 
 def test_lookups_by_name_format_and_suffix() -> None:
-    assert registry.cpu_backend_names() == ("onnxruntime", "openvino")
+    assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
     assert registry.for_format("engine").name == "tensorrt"
     assert registry.for_path(Path("m.XML")) == (registry.get("openvino"), "openvino")
     assert registry.for_path(Path("m.plan"))[1] == "engine" and registry.for_path(Path("m.txt")) is None
