@@ -180,6 +180,7 @@ class CpuRecipe(ABC):
     name: ClassVar[str]                         # the candidate's `recipe` in the report
     backend: ClassVar[str]                      # the registered backend that runs what it builds
     simplicity: ClassVar[int] = 5               # 0 = the input as it is; higher = more moving parts
+    needs_onnx: ClassVar[bool] = True           # False: builds from the PyTorch model (the run needs no ONNX)
 
     @abstractmethod
     def plan(self, req: PlanRequest) -> list[Candidate]:

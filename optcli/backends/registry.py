@@ -138,6 +138,12 @@ def names() -> tuple[str, ...]:
     return tuple(_load())
 
 
+def cpu_backends_without_onnx() -> tuple[str, ...]:
+    """Installed backends with a CPU recipe that builds from the PyTorch model, needing no ONNX."""
+    return tuple(b.name for b in all_backends() if b.installed()
+                 and any(not load_object(ref).needs_onnx for ref in b.cpu_recipes))
+
+
 def cpu_backend_names() -> tuple[str, ...]:
     """Backends build-cpu can build candidates for: `--backend` and `[cpu] backend` take these (and auto)."""
     return tuple(b.name for b in all_backends() if b.offers_cpu())

@@ -24,13 +24,16 @@ __all__ = ["Candidate", "choose", "plan"]
 def plan(req: PlanRequest) -> list[Candidate]:
     """Every registered backend's candidates for the request, in registration and recipe order (pure given
     `req`: what is installed comes from req.installed where it says, and facts from req.facts)."""
-    from optcli.backends.registry import all_backends, load_object
+    from optcli.backends.registry import ONNX, all_backends, load_object
 
     cands: list[Candidate] = []
     for backend in all_backends():
         installed = req.installed.get(backend.name)
         for ref in backend.cpu_recipes:
-            for cand in load_object(ref).plan(req):
+            recipe = load_object(ref)
+            for cand in recipe.plan(req):
+                if cand.skip is None and recipe.needs_onnx and req.input_format != ONNX:
+                    cand.skip = "the run has no ONNX (the export to ONNX failed or was not needed)"
                 if cand.skip is None and req.backend not in ("auto", backend.name):
                     cand.skip = f"--backend {req.backend}"
                 if cand.skip is None and not (backend.installed() if installed is None else installed):

@@ -82,7 +82,7 @@ class BuildCpuStage(Stage):
         facts = {b.name: registry.load_object(b.cpu_facts)(precision, cfg)
                  for b in registry.all_backends() if b.cpu_facts}
         dynamic = encoder = False
-        if precision == "int8":
+        if precision == "int8" and artifact.format == registry.ONNX:
             ops = op_histogram(load_onnx(artifact.path, load_weights=False))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
@@ -93,12 +93,17 @@ class BuildCpuStage(Stage):
     def skip_reason(self, artifact: Artifact) -> str | None:
         if self.ctx.target != "cpu":
             return f"target is {self.ctx.target} (build_tensorrt builds for it)"
-        if artifact.format != registry.ONNX:
+        if artifact.format != registry.ONNX and not self.ctx.source.is_torch:
             return f"input is {artifact.format}, not ONNX"
         check_request(self.ctx.config, "cpu")
         cands = self.candidates(artifact)
         built = [c for c in cands if not c.skip]
         why = "; ".join(f"{c.name}: {c.skip}" for c in cands if c.skip)
+        forced = [c for c in cands if c.backend == self.options().backend]
+        if not built and forced:  # --backend X, and X cannot build for this input: say why X cannot
+            raise UsageError(f"--backend {forced[0].backend} cannot build this model: "
+                             + "; ".join(f"{c.name}: {c.skip}" for c in forced),
+                             hint="drop --backend (auto chooses among the installed backends)")
         if not built:
             raise UsageError(f"no CPU backend here can run {self.ctx.config.quantize.precision}: {why}",
                              hint="pick another precision, or install the backend it names")
@@ -141,15 +146,10 @@ class BuildCpuStage(Stage):
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        from optcli.quantize.evaluate import run_model
-
         cfg = self.options()
         tol = self.tolerance()
         cands = self.candidates(artifact)
-        float_art = newest_float_onnx(self._lineage(artifact))
-        specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
-        calib, ev = self._data(specs)
-        reference, names = run_model(float_art.path, ev)
+        float_art, (calib, ev, reference, names) = self._reference(artifact)
         threads = self.ctx.config.bench.threads
         for cand in cands:
             if cand.skip:
@@ -179,6 +179,8 @@ class BuildCpuStage(Stage):
             # Hand the most accurate one to the pipeline's gate, which fails the run with exit 3.
             chosen = max(ran, key=lambda c: c.accuracy.get("cosine_mean", 0.0))
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
+        if artifact.format != registry.ONNX and artifact.stage is not None:
+            why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
         out = self._place(chosen, artifact, workdir)
         if not cfg.keep_candidates:
             shutil.rmtree(workdir / "candidates", ignore_errors=True)
@@ -189,11 +191,29 @@ class BuildCpuStage(Stage):
             "chosen": chosen.name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
-                                        "on onnxruntime"},
+                                        "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
         accuracy = dict(chosen.accuracy or {})
-        accuracy["reference"] = "fp32-onnx"
+        accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
+
+    def _reference(self, artifact: Artifact) -> tuple[Artifact | None, tuple]:
+        """The FP32 ONNX (None where the run made no ONNX) and (calibration set, evaluation set, reference
+        outputs on it, output names): from the FP32 ONNX on onnxruntime, else from PyTorch eager."""
+        from optcli.quantize.evaluate import run_model, runner_outputs
+
+        if artifact.format == registry.ONNX:
+            float_art = newest_float_onnx(self._lineage(artifact))
+            specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
+            calib, ev = self._data(specs)
+            return float_art, (calib, ev, *run_model(float_art.path, ev))
+        from optcli.backends.torch.runner import TorchRunner
+
+        assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
+        calib, ev = self._data(self.ctx.inputs)
+        with TorchRunner(self.ctx.torch_model.module, self.ctx.inputs) as runner:
+            reference = runner_outputs(runner, ev)
+            return None, (calib, ev, reference, [o.name for o in runner.outputs])
 
     def _build(self, cand: Candidate, ctx: RecipeContext) -> None:
         assert cand.builder is not None

@@ -3,6 +3,11 @@
 The dynamo exporter is tried first (the only one that takes a .pt2 program); TorchScript input and
 models the dynamo exporter fails on, or specialises to a fixed batch, fall back to the TorchScript
 exporter. Either way the ONNX must match PyTorch at batch 1 and batch 2 or the stage fails.
+
+Some CPU backends build from the PyTorch model itself (AOTInductor): with `--backend` one of them the
+stage is skipped; when no exporter makes a correct ONNX, the error's hint offers them, and with
+`--backend auto` on the CPU the run goes on without ONNX: the stage saves the torch.export program
+instead and build-cpu builds only what needs no ONNX.
 """
 from __future__ import annotations
 
@@ -21,8 +26,9 @@ import numpy as np
 
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
-from optcli.backends.registry import ONNX
+from optcli.backends.registry import ONNX, cpu_backends_without_onnx
 from optcli.backends.torch.loader import needs_torchscript_exporter
+from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
 from optcli.onnx_model import has_symbolic_batch, save_onnx
 from optcli.optional_imports import require
@@ -103,6 +109,9 @@ class ExportStage(Stage):
     def skip_reason(self, artifact: Artifact) -> str | None:
         if artifact.format == ONNX:
             return "input is already ONNX"
+        backend = cpu_config(self.ctx.config).backend
+        if self.ctx.target == "cpu" and backend in cpu_backends_without_onnx():
+            return f"--backend {backend} compiles the PyTorch model itself: no ONNX needed"
         return None
 
     def fingerprint(self) -> dict[str, Any]:
@@ -159,9 +168,42 @@ class ExportStage(Stage):
         tries = [] if "torchscript" in exporters else ["--exporter torchscript"]
         tries += [] if cfg.static_batch else ["--static-batch"]
         tries.append("another --opset")
-        raise StageError(f"no exporter produced a correct ONNX ({reasons})",
-                         hint=f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
-                              "--debug prints the exporter's traceback") from last
+        message = f"no exporter produced a correct ONNX ({reasons})"
+        hint = (f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
+                "--debug prints the exporter's traceback")
+        without = cpu_backends_without_onnx()
+        if without and self.ctx.target == "cpu" and cpu_config(self.ctx.config).backend == "auto":
+            return self._without_onnx(artifact, workdir, message, attempts, without, last)
+        if without:
+            hint += (f"; or skip ONNX: --backend {without[0]}"
+                     f"{' --target cpu' if self.ctx.target != 'cpu' else ''} compiles the PyTorch model itself")
+        raise StageError(message, hint=hint) from last
+
+    def _without_onnx(self, artifact: Artifact, workdir: Path, message: str, attempts: list[dict[str, Any]],
+                      backends: tuple[str, ...], last: Exception | None) -> StageResult:
+        """--backend auto after every exporter failed: the torch.export program (.pt2) instead of ONNX, for
+        the backends that build from it. A model torch.export cannot take either fails as before."""
+        torch = require("torch", "exporting PyTorch models")
+        tm = self.ctx.torch_model
+        out = workdir / "program.pt2"
+        try:
+            with _quiet():
+                torch.export.save(tm.exported_program or self._export_program(torch), str(out))
+        except Exception as exc:  # torch.export raises anything
+            raise StageError(f"{message}; torch.export failed too: {_last_line(exc)}",
+                             hint="--debug prints the exporter's traceback") from last
+        details = {"onnx": message, "attempts": attempts,
+                   "without_onnx": f"saved the torch.export program: build-cpu builds only what needs no ONNX "
+                                   f"({', '.join(backends)})"}
+        return StageResult(Artifact(out, "pt2", stage=self.name, parent=artifact.sha256), details)
+
+    def _export_program(self, torch: Any) -> Any:
+        """torch.export of the module with a dynamic batch (example batch 2: a batch of 1 gets specialised)."""
+        tm = self.ctx.torch_model
+        if isinstance(tm.module, torch.jit.ScriptModule):
+            raise StageError("TorchScript cannot be exported with torch.export")
+        dims = tuple({0: torch.export.Dim.DYNAMIC} for _ in self.ctx.inputs)
+        return torch.export.export(tm.module, self._example_args(torch, batch=2), dynamic_shapes=dims)
 
     def _export_dynamo(self, torch: Any) -> Any:
         tm = self.ctx.torch_model

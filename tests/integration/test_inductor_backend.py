@@ -168,6 +168,8 @@ def test_compile_backend_inductor_builds_a_gated_package(compiled: Path) -> None
     cand = next(c for c in build["details"]["candidates"] if c["name"] == "inductor-fp32")
     assert cand["status"] == "passed" and cand["accuracy"]["cosine_mean"] > 0.9999
     assert cand["build"]["cache"]["status"] == "hit"  # the package fixture compiled it: no second compile
+    skipped = {s["name"]: s["reason"] for s in report["stages"] if s["status"] == "skipped"}
+    assert "no ONNX needed" in skipped["export"]
 
 
 def test_load_opens_the_package_and_predicts_like_eager(compiled: Path, cnn_pt2: Path) -> None:
@@ -204,3 +206,61 @@ def test_backend_inductor_on_onnx_input_is_a_usage_error(conv_onnx: Path, tmp_pa
     assert lines[1].startswith("hint:")
     assert "Traceback" not in err
 
+
+RUNNING_MAX = '''
+import torch
+from torch import nn
+
+
+class RunningMax(nn.Module):
+    """aten::cummax has no ONNX export, in either exporter."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.fc(torch.cummax(x, dim=1).values)
+
+
+def make():
+    torch.manual_seed(0)
+    return RunningMax().eval(), (torch.randn(2, 6),)
+'''
+
+
+@pytest.fixture(scope="module")
+def no_onnx_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("no-onnx") / "running_max.py"
+    path.write_text(RUNNING_MAX)
+    return f"{path}:make"
+
+
+def test_failed_export_offers_the_inductor_path(no_onnx_model: str, tmp_path: Path) -> None:
+    code, _, err = run_main("compile", no_onnx_model, "--backend", "onnxruntime", "--out", str(tmp_path / "out"))
+    assert code == 1, err
+    error = next(ln for ln in err.splitlines() if ln.startswith("error:"))
+    hint = next(ln for ln in err.splitlines() if ln.startswith("hint:"))
+    assert "no exporter produced a correct ONNX" in error and "cummax" in error
+    assert "--backend inductor" in hint
+
+
+def test_auto_goes_on_without_onnx_through_inductor(no_onnx_model: str, fast_bench_toml: Path, tmp_path: Path,
+                                                    inductor_cache: Path) -> None:
+    import optcli
+
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", no_onnx_model, "--config", str(fast_bench_toml), "--out", str(out))
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    export = report["stages"][0]
+    assert export["name"] == "export" and export["status"] == "ok"
+    assert "cummax" in export["details"]["onnx"] and "inductor" in export["details"]["without_onnx"]
+    assert report["final"]["format"] == "aoti"
+    build = next(s for s in report["stages"] if s["name"] == "build-cpu")
+    reasons = {c["name"]: c.get("reason") for c in build["details"]["candidates"]}
+    assert "has no ONNX" in reasons["onnxruntime-fp32"] and reasons["inductor-fp32"] is None
+    assert build["accuracy"]["reference"] == "torch-fp32" and build["accuracy"]["cosine_mean"] > 0.9999
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    with optcli.load(out) as model:
+        assert model.predict(x)[model.outputs[0].name].shape == (3, 4)

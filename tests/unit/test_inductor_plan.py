@@ -1,5 +1,5 @@
 """When build-cpu plans an AOTInductor candidate: only for a PyTorch input, FP32 or INT8 (INT8 with
-torchao), under --backend inductor; --backend auto does not try it."""
+torchao), always under --backend inductor, and under --backend auto only where the run has no ONNX."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,6 +27,7 @@ def test_int8_without_torchao_names_the_extra() -> None:
     assert skip is not None and "optcli[inductor]" in skip
 
 
-def test_auto_does_not_try_it() -> None:
+def test_auto_tries_it_only_without_onnx() -> None:
     for precision in ("fp32", "int8"):
         assert "not tried by --backend auto" in (_inductor(precision=precision)[f"inductor-{precision}"] or "")
+    assert _inductor(precision="fp32", input_format="pt2") == {"inductor-fp32": None}  # no ONNX: the only way

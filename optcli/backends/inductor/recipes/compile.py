@@ -2,22 +2,25 @@
 through PT2E calibrated on the run's calibration samples. It starts from PyTorch, not from the ONNX, so
 it needs a PyTorch input; packages are cached by program hash (a re-run does not compile again).
 
-`--backend inductor` builds it; `--backend auto` does not try it (it would add tens of seconds of
-compiling to every run; where it can win is measured in docs/benchmarks/cpu.md).
+`--backend inductor` builds it; `--backend auto` tries it only where the run has no ONNX (the export
+failed: it is then the only way), since it would add tens of seconds of compiling to every run.
 """
 from __future__ import annotations
 
 from optcli.backends.recipe import Built, CpuRecipe, PlanRequest, RecipeContext
+from optcli.backends.registry import ONNX
 from optcli.cpu.candidates import Candidate
 
 INSTALL = "pip install 'optcli[inductor]'"
-NOT_IN_AUTO = "not tried by --backend auto (tens of seconds to compile); --backend inductor builds it"
+NOT_IN_AUTO = ("not tried by --backend auto where the run has ONNX (tens of seconds to compile); "
+               "--backend inductor builds it")
 
 
 class CompileRecipe(CpuRecipe):
     name = "aoti-compile"
     backend = "inductor"
     simplicity = 2
+    needs_onnx = False
 
     def plan(self, req: PlanRequest) -> list[Candidate]:
         if req.precision not in ("fp32", "int8"):
@@ -27,7 +30,7 @@ class CompileRecipe(CpuRecipe):
             skip = "the input is ONNX; AOTInductor compiles PyTorch programs (pass the .pt2 or file.py:factory)"
         elif req.precision == "int8" and not req.facts.get(self.backend, {}).get("torchao", True):
             skip = f"INT8 through PT2E needs torchao ({INSTALL})"
-        elif req.backend == "auto":
+        elif req.backend == "auto" and req.input_format == ONNX:
             skip = NOT_IN_AUTO
         return [self.candidate(f"inductor-{req.precision}", req.precision, skip)]
 
