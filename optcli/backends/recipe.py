@@ -101,6 +101,7 @@ class PlanRequest:
     encoder: bool = False                       # the input ONNX looks like a transformer encoder
     input_format: str = "onnx"                  # build-cpu's input artifact format
     torch_source: bool = False                  # the user's model is PyTorch (a .pt2 or module to build from)
+    batch: int = 1                              # the batch candidates are measured at ([bench] batch)
     installed: dict[str, bool] = field(default_factory=dict)   # backend name -> installed (absent: ask)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend name -> its cpu_facts()
 

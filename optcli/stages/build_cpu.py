@@ -88,7 +88,8 @@ class BuildCpuStage(Stage):
             encoder = looks_like_encoder(ops)
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
                                 dynamic_input=dynamic, encoder=encoder, input_format=artifact.format,
-                                torch_source=self.ctx.source.is_torch, facts=facts))
+                                torch_source=self.ctx.source.is_torch, batch=self.ctx.config.bench.batch,
+                                facts=facts))
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         if self.ctx.target != "cpu":

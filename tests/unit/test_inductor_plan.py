@@ -1,5 +1,6 @@
 """When build-cpu plans an AOTInductor candidate: only for a PyTorch input, FP32 or INT8 (INT8 with
-torchao), always under --backend inductor, and under --backend auto only where the run has no ONNX."""
+torchao), always under --backend inductor, and under --backend auto only where it can win (INT8 at
+batch >= 8) or where the run has no ONNX."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,8 @@ def test_int8_without_torchao_names_the_extra() -> None:
     assert skip is not None and "optcli[inductor]" in skip
 
 
-def test_auto_tries_it_only_without_onnx() -> None:
-    for precision in ("fp32", "int8"):
-        assert "not tried by --backend auto" in (_inductor(precision=precision)[f"inductor-{precision}"] or "")
+def test_auto_tries_it_only_where_it_can_win() -> None:
+    assert "not tried by --backend auto" in (_inductor(precision="fp32", batch=8)["inductor-fp32"] or "")
+    assert "not tried by --backend auto" in (_inductor(precision="int8", batch=1)["inductor-int8"] or "")
+    assert _inductor(precision="int8", batch=8) == {"inductor-int8": None}
     assert _inductor(precision="fp32", input_format="pt2") == {"inductor-fp32": None}  # no ONNX: the only way

@@ -2,8 +2,10 @@
 through PT2E calibrated on the run's calibration samples. It starts from PyTorch, not from the ONNX, so
 it needs a PyTorch input; packages are cached by program hash (a re-run does not compile again).
 
-`--backend inductor` builds it; `--backend auto` tries it only where the run has no ONNX (the export
-failed: it is then the only way), since it would add tens of seconds of compiling to every run.
+Under `--backend auto` it is a candidate for INT8 measured at batch >= 8, and wherever the run has no
+ONNX: on the sample models (docs/benchmarks/cpu.md) ONNX Runtime or OpenVINO FP32 beat its FP32 at
+batch 1 and 8, and OpenVINO+NNCF its INT8 at batch 1, while its INT8 was the fastest variant at batch 8
+in 3 of 4 measurements (2 models, 2 runs); elsewhere it would only add its compile time to every run.
 """
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from optcli.backends.registry import ONNX
 from optcli.cpu.candidates import Candidate
 
 INSTALL = "pip install 'optcli[inductor]'"
-NOT_IN_AUTO = ("not tried by --backend auto where the run has ONNX (tens of seconds to compile); "
-               "--backend inductor builds it")
+AUTO_INT8_BATCH = 8
+NOT_IN_AUTO = (f"not tried by --backend auto except INT8 at batch >= {AUTO_INT8_BATCH} (slower than ONNX Runtime or "
+               "OpenVINO elsewhere on the samples, docs/benchmarks/cpu.md); --backend inductor builds it")
 
 
 class CompileRecipe(CpuRecipe):
@@ -30,7 +33,8 @@ class CompileRecipe(CpuRecipe):
             skip = "the input is ONNX; AOTInductor compiles PyTorch programs (pass the .pt2 or file.py:factory)"
         elif req.precision == "int8" and not req.facts.get(self.backend, {}).get("torchao", True):
             skip = f"INT8 through PT2E needs torchao ({INSTALL})"
-        elif req.backend == "auto" and req.input_format == ONNX:
+        elif req.backend == "auto" and req.input_format == ONNX and not (
+                req.precision == "int8" and req.batch >= AUTO_INT8_BATCH):
             skip = NOT_IN_AUTO
         return [self.candidate(f"inductor-{req.precision}", req.precision, skip)]
 
