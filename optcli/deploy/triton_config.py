@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optcli.deploy.pbtxt import Comment, Enum, MapEntries
-from optcli.deploy.triton_source import BACKEND_OPENVINO, PLATFORM_ONNX, ServedModel
+from optcli.deploy.triton_source import BACKEND_OPENVINO, BACKEND_PYTHON, PLATFORM_ONNX, ServedModel
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, merge_pinned
 
@@ -35,6 +35,8 @@ _BACKEND_TYPES = {
     # The OpenVINO backend's type map (openvino_backend src/openvino_utils.cc): no BF16, FP64 or strings.
     BACKEND_OPENVINO: {"TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8",
                        "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32"},
+    # optcli's model.py passes tensors by DLPack (numpy has no bfloat16; strings do not cross DLPack).
+    BACKEND_PYTHON: set(_TRITON_TYPES.values()) - {"TYPE_BF16", "TYPE_STRING"},
 }
 _FLOAT_TYPES = {"TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_BF16"}
 
@@ -48,6 +50,7 @@ class TritonOptions:
     preferred_batch_sizes: list[int] = field(default_factory=list)
     max_queue_delay_us: int | None = None
     preserve_ordering: bool = False
+    backend: str | None = None                    # "python": Triton's Python backend runs optcli's runner
     instances: int = 1
     kind: str | None = None                       # cpu | gpu
     graph_level: str | None = None                # ONNX Runtime: all | extended | basic | disabled
@@ -270,7 +273,14 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
         raise UsageError(f"unknown --kind {kind!r}", hint="use cpu or gpu")
     onnx = model.platform == PLATFORM_ONNX
     openvino = model.platform == BACKEND_OPENVINO
-    if openvino:
+    python = model.platform == BACKEND_PYTHON
+    if python:
+        for flag, value in (("--graph-level", opts.graph_level), ("--ort-tensorrt", opts.ort_tensorrt or None)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to Triton's ONNX Runtime backend, not the Python backend")
+        if model.format == "engine" and kind != "gpu":
+            raise UsageError("a TensorRT engine runs on the GPU only", hint="drop --kind cpu (or serve the ONNX)")
+    elif openvino:
         if kind != "cpu":
             raise UsageError("optcli builds and checks OpenVINO IRs for the CPU", hint="drop --kind gpu")
         for flag, value in (("--graph-level", opts.graph_level), ("--ort-tensorrt", opts.ort_tensorrt or None)):
@@ -306,7 +316,8 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     if header:
         tree["#header"] = Comment(header)
     # Triton: `platform` for ONNX Runtime and TensorRT, `backend` for OpenVINO.
-    tree.update({"name": name, ("backend" if openvino else "platform"): model.platform, "max_batch_size": mbs,
+    tree.update({"name": name, ("backend" if openvino or python else "platform"): model.platform,
+                 "max_batch_size": mbs,
                  "input": [_tensor(s, model.platform, batching) for s in model.inputs],
                  "output": [_tensor(s, model.platform, batching) for s in model.outputs]})
     if dynamic:

@@ -45,7 +45,9 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
              "(`optcli export-triton`).",
              "",
              f"- source: {model.source}",
-             (f"- backend: `{model.platform}`; model files: `{version}/model.xml` and `{version}/model.bin`"
+             (f"- backend: `python` (`{version}/model.py` runs `{version}/{model.filename}` with optcli's runner)"
+              if model.platform == "python" else
+              f"- backend: `{model.platform}`; model files: `{version}/model.xml` and `{version}/model.bin`"
               if model.format == "openvino" else
               f"- platform: `{model.platform}`; model file: `{version}/{model.filename}`"
               + (" (a folder: the graph plus its external weights)" if model.external_data else "")),
@@ -87,6 +89,10 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
                     f'-v "$(realpath {repo_arg})":/models',
                     "nvcr.io/nvidia/tritonserver:<YY.MM>-py3",
                     f"tritonserver --model-repository=/models --model-control-mode=explicit --load-model={name}"]),
+              *(["", "The Python backend imports optcli: the Triton image needs it and the model's runtime "
+                  "(e.g. an image built `FROM nvcr.io/nvidia/tritonserver:<YY.MM>-py3` that runs "
+                  "`pip install 'optcli[cpu]'`). On one machine, `optcli serve` runs this without Docker "
+                  "(docs/serve.md)."] if model.platform == "python" else []),
               "", "or with `tritonserver` installed on the host:", "",
               _cmd([f'tritonserver --model-repository="$(realpath {repo_arg})"',
                     f"--model-control-mode=explicit --load-model={name}"]),

@@ -17,6 +17,7 @@ PLATFORM_ONNX = "onnxruntime_onnx"
 PLATFORM_TENSORRT = "tensorrt_plan"
 # Triton names OpenVINO as a backend (`backend: "openvino"` in config.pbtxt), not as a platform.
 BACKEND_OPENVINO = "openvino"
+BACKEND_PYTHON = "python"        # optcli's runner in Triton's Python backend (optcli/deploy/triton_python.py)
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 _QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 _DYNAMIC_INT8_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "com.microsoft.DynamicQuantizeMatMul"}
@@ -48,13 +49,9 @@ class ServedModel:
 
     def batch_blocker(self) -> str | None:
         """Why the model cannot batch (the first tensor whose dim 0 is fixed or missing), or None."""
-        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
-            for s in specs:
-                if not s.shape:
-                    return f"{kind} {s.name!r} is a scalar (no batch dim)"
-                if isinstance(s.shape[0], int):
-                    return f"{kind} {s.name!r} has a fixed dim 0 of {s.shape[0]}"
-        return None
+        from optcli.batching import batch_blocker
+
+        return batch_blocker(self.inputs, self.outputs)
 
     def profile_max_batch(self) -> int | None:
         """The largest batch the engine's profiles accept for every input, or None when unknown."""
