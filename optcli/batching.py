@@ -368,7 +368,8 @@ class BatchedRunner:
     a Runner. `stats()` counts the batches run by size."""
 
     def __init__(self, runner: Any, options: BatchingOptions) -> None:
-        blocker = batch_blocker(runner.inputs, runner.outputs)
+        # The PyTorch runner records no output shapes (shape ()): split() checks those per batch.
+        blocker = batch_blocker(runner.inputs, [o for o in runner.outputs if o.shape])
         if blocker:
             runner.close()
             raise UsageError(f"cannot batch requests for this model: {blocker}",

@@ -88,6 +88,7 @@ def serve_cmd(artifact: str, preferred_batch_sizes: str | None, inputs: tuple[st
     try:
         if as_json:
             click.echo(json.dumps({"ready": True, "name": server.name, "triton_version": server.version,
+                                   "pid": server.process.pid if server.process else None,
                                    "urls": server.urls, "max_batch_size": server.export.max_batch_size,
                                    "instances": server.export.instances}))
         else:

@@ -60,7 +60,8 @@ class BundledTriton:
         folder = workdir / "backends" / "python"
         folder.mkdir(parents=True, exist_ok=True)
         for item in sorted(self.python_backend.iterdir()):
-            (folder / item.name).symlink_to(item)
+            if item.is_file():  # libtriton_python.so, triton_python_backend_utils.py (not a __pycache__)
+                (folder / item.name).symlink_to(item)
         (folder / self.stub.name).symlink_to(self.stub)
         return folder.parent
 
@@ -83,7 +84,10 @@ def _join(first: list[str], rest: str | None) -> str:
 
 def find_bundled_triton() -> BundledTriton:
     """The installed wheel's server, or MissingDependencyError naming the `serve` extra."""
-    spec = importlib.util.find_spec("pytriton")  # locates the package without importing it
+    try:
+        spec = importlib.util.find_spec("pytriton")  # locates the package without importing it
+    except ImportError:
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(PACKAGE, "serve", _PURPOSE)
     triton = BundledTriton(Path(next(iter(spec.submodule_search_locations))) / "tritonserver")

@@ -149,6 +149,7 @@ class TritonServer:
         cause = next((m.group(1) for m in map(_FAILED_LOAD.search, lines) if m), None)
         python = [ln.strip() for ln in lines if re.match(r"^\w*(Error|Exception)\b", ln.strip())]
         detail = cause or (python[-1] if python else None) or (lines[-1].strip() if lines else "no log")
+        detail = detail.replace('\\"', '"').split("\\n")[0]  # the log escapes the Python traceback after it
         return ServeError(f"{what}: {detail[:500]}",
                           hint="rerun with --verbose to see the server's whole log")
 

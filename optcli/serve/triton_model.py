@@ -4,10 +4,12 @@ and runs every batch of requests Triton's dynamic batcher hands it as one call, 
 splitting like the in-process batcher (optcli/batching.py: only requests with equal non-batch
 shapes share a call).
 
-Tensors cross by DLPack in both directions: the Python-backend stub in Triton 2.51 (the
-nvidia-pytriton 0.7.0 wheel) was built against numpy 1.x, and with numpy 2 its `as_numpy()` reads
-zeros and `pb_utils.Tensor(name, array)` sends an empty tensor, silently. DLPack does not go
-through numpy's C API and is correct under numpy 1 and 2 (checked against a real server).
+How tensors cross depends on numpy's major version (both checked against the real server): the
+Python-backend stub of Triton 2.51 (the nvidia-pytriton 0.7.0 wheel) was built against numpy 1.x.
+Under numpy 2 its `as_numpy()` reads zeros and `pb_utils.Tensor(name, array)` sends an empty tensor,
+silently, so tensors go by DLPack, which bypasses numpy's C API. Under numpy 1.x the stub's own
+numpy path works, and its DLPack import of a numpy array loops in a capsule destructor until the
+stub crashes, so the numpy path is used there.
 This module runs inside the Triton stub process: `triton_python_backend_utils` exists only there.
 """
 from __future__ import annotations
@@ -53,6 +55,8 @@ class OptcliTritonModel:
         import numpy as np
         import triton_python_backend_utils as pb_utils
 
+        dlpack = int(np.__version__.split(".")[0]) >= 2  # see the module docstring
+
         from optcli.batching import merge, merge_key, rows, split
         from optcli.errors import OptcliError
 
@@ -60,7 +64,8 @@ class OptcliTritonModel:
         groups: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
         for i, request in enumerate(requests):
             try:
-                raw = {n: np.from_dlpack(pb_utils.get_input_tensor_by_name(request, n)) for n in self.input_names}
+                tensors = [pb_utils.get_input_tensor_by_name(request, n) for n in self.input_names]
+                raw = {n: np.from_dlpack(t) if dlpack else t.as_numpy() for n, t in zip(self.input_names, tensors)}
                 feeds = self.runner.normalize(raw)
             except (OptcliError, TypeError, ValueError) as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
@@ -76,9 +81,9 @@ class OptcliTritonModel:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 continue
             for (i, _), outs in zip(members, parts):
-                tensors = [pb_utils.Tensor.from_dlpack(n, np.ascontiguousarray(o))
-                           for n, o in zip(self.output_names, outs)]
-                responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+                arrays = [(n, np.ascontiguousarray(o)) for n, o in zip(self.output_names, outs)]
+                out = [pb_utils.Tensor.from_dlpack(n, a) if dlpack else pb_utils.Tensor(n, a) for n, a in arrays]
+                responses[i] = pb_utils.InferenceResponse(output_tensors=out)
         return responses
 
     def finalize(self) -> None:
