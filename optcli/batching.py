@@ -6,8 +6,8 @@ meaning are those of Triton's `dynamic_batching` (docs/serve.md): a batch is sen
 has waited `max_queue_delay_microseconds`; with a delay of 0 (Triton's default) whatever is queued
 when a backend handle frees up goes as one batch, so batches grow exactly when the model is busy.
 Requests are merged only when every input has the same non-batch shape and dtype (no padding), so
-two sequence lengths never share a batch. The merge/split helpers are shared with the model that
-`optcli serve` runs inside Triton (optcli/serve/triton_model.py).
+two sequence lengths never share a batch (optcli/batch_merge.py, shared with the model that
+`optcli serve` runs inside Triton).
 """
 from __future__ import annotations
 
@@ -15,15 +15,13 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
-import numpy as np
-
+from optcli.batch_merge import batch_blocker, merge, merge_key, rows, split
 from optcli.errors import UsageError
-from optcli.tensor_spec import TensorSpec
 
 _KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size"
 # CLI spellings (`--batching max-batch-size=16,delay-us=500`) for Triton's names.
@@ -106,66 +104,6 @@ def parse_batching(text: str) -> BatchingOptions:
     return BatchingOptions(**fields)
 
 
-def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
-    """Why requests cannot be stacked along dim 0 (the first tensor whose dim 0 is fixed or missing), or None."""
-    for kind, specs in (("input", inputs), ("output", outputs)):
-        for s in specs:
-            if not s.shape:
-                return f"{kind} {s.name!r} is a scalar (no batch dim)"
-            if isinstance(s.shape[0], int):
-                return f"{kind} {s.name!r} has a fixed dim 0 of {s.shape[0]}"
-    return None
-
-
-# -- merging and splitting (also used inside Triton by optcli/serve/triton_model.py) -----------------
-def merge_key(feeds: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What must match for two requests to share a batch: every input's non-batch shape and dtype.
-    None for a request whose inputs disagree on dim 0 (or a scalar input): it always runs alone."""
-    key, size = [], None
-    for name, value in feeds.items():
-        shape = tuple(value.shape)
-        if not shape or (size is not None and shape[0] != size):
-            return None
-        size = shape[0]
-        key.append((name, shape[1:], value.dtype))
-    return tuple(key)
-
-
-def rows(feeds: dict[str, Any]) -> int:
-    """The request's batch size (dim 0 of its first input)."""
-    first = next(iter(feeds.values()))
-    return int(first.shape[0]) if len(first.shape) else 1
-
-
-def _concat(values: list[Any]) -> Any:
-    if type(values[0]).__module__.startswith("torch"):
-        import torch
-
-        return torch.cat(values)
-    return np.concatenate(values)
-
-
-def merge(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """One feed dict holding every request, stacked along dim 0 in order."""
-    if len(requests) == 1:
-        return requests[0]
-    return {name: _concat([r[name] for r in requests]) for name in requests[0]}
-
-
-def split(outputs: list[Any], sizes: list[int], names: list[str]) -> list[list[Any]]:
-    """Per request, its rows of every output; an output whose dim 0 is not the batch is an error."""
-    if len(sizes) == 1:
-        return [outputs]
-    total = sum(sizes)
-    for name, out in zip(names, outputs):
-        if not len(out.shape) or int(out.shape[0]) != total:
-            got = out.shape[0] if len(out.shape) else "a scalar"
-            raise UsageError(f"output {name!r} has dim 0 of {got} for a batch of {total}: it is not batch-major",
-                             hint="load the model without batching")
-    bounds = np.cumsum([0, *sizes]).tolist()
-    return [[out[a:b] for out in outputs] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
 def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int:
     """How many of the queued compatible requests (their sizes, oldest first) to send now, 0 to wait.
 
@@ -183,7 +121,7 @@ def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int
     if not (full or expired or (preferred and total >= preferred[-1])):
         return 0
     if preferred:
-        prefix = np.cumsum(sizes[:count]).tolist()
+        prefix = list(accumulate(sizes[:count]))
         fits = [i + 1 for i, s in enumerate(prefix) if s in preferred]
         if fits:
             return fits[-1]

@@ -49,7 +49,7 @@ class ServedModel:
 
     def batch_blocker(self) -> str | None:
         """Why the model cannot batch (the first tensor whose dim 0 is fixed or missing), or None."""
-        from optcli.batching import batch_blocker
+        from optcli.batch_merge import batch_blocker
 
         return batch_blocker(self.inputs, self.outputs)
 

@@ -95,8 +95,8 @@ class TritonServer:
         if threads is None and opts.instances > 1 and (opts.kind or "cpu") == "cpu":
             threads = max(1, (os.cpu_count() or 1) // opts.instances)  # instances share the cores
         triton_options = TritonOptions(
-            backend="python", max_batch_size=opts.max_batch_size, preferred_batch_sizes=list(opts.preferred_batch_sizes),
-            max_queue_delay_us=opts.max_queue_delay_us, instances=opts.instances, kind=opts.kind,
+            backend="python", max_batch_size=opts.max_batch_size, max_queue_delay_us=opts.max_queue_delay_us,
+            preferred_batch_sizes=list(opts.preferred_batch_sizes), instances=opts.instances, kind=opts.kind,
             intra_op_threads=threads, inputs=[parse_input_spec(s) for s in opts.inputs])
         assert self.workdir is not None
         return export_triton(self.artifact, self.workdir / "models", triton_options, name=opts.name, version=1,

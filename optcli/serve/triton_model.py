@@ -57,7 +57,7 @@ class OptcliTritonModel:
 
         dlpack = int(np.__version__.split(".")[0]) >= 2  # see the module docstring
 
-        from optcli.batching import merge, merge_key, rows, split
+        from optcli.batch_merge import merge, merge_key, rows, split
         from optcli.errors import OptcliError
 
         responses: list[Any] = [None] * len(requests)

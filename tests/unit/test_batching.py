@@ -11,7 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import optcli
-from optcli.batching import BatchingOptions, batching_options, merge_key, parse_batching, pick_batch
+from optcli.batch_merge import merge_key
+from optcli.batching import BatchingOptions, batching_options, parse_batching, pick_batch
 from optcli.errors import UsageError
 
 IR_VERSION = 8  # onnxruntime refuses the IR version onnx writes by default
