@@ -43,8 +43,9 @@ class BenchSettings:
     pins: list[str] = field(default_factory=list)
     runner_options: dict[str, Any] = field(default_factory=dict)
     # Triton's dynamic_batching knobs (optcli/batching.py): each point is measured again with the
-    # concurrent calls batched on one session.
+    # concurrent calls batched, on `batching_sessions` sessions (the cores split between them).
     batching: dict[str, Any] | None = None
+    batching_sessions: int = 1
 
     def validate(self) -> None:
         if not self.batches or any(b < 1 for b in self.batches):
@@ -55,6 +56,8 @@ class BenchSettings:
             raise UsageError("runs must be >= 1 and the time limits positive")
         if self.latency_budget_ms is not None and self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget-ms must be positive")
+        if self.batching_sessions < 1:
+            raise UsageError("--batching-sessions must be >= 1")
         if self.batching is not None:
             from optcli.batching import batching_options
 
@@ -84,8 +87,8 @@ class SweepPoint:
         return self.batches is not None
 
     @property
-    def key(self) -> tuple[int, int, bool]:
-        return (self.batch, self.concurrency, self.batched)
+    def key(self) -> tuple[int, int]:
+        return (self.batch, self.concurrency)
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
@@ -115,7 +118,7 @@ class BenchResult:
     regression: dict[str, Any] | None = None     # filled by a --compare-baseline check
 
     def point(self, batch: int, concurrency: int, batched: bool = False) -> SweepPoint | None:
-        return next((p for p in self.points if p.key == (batch, concurrency, batched)), None)
+        return next((p for p in self.points if p.key == (batch, concurrency) and p.batched == batched), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optcli-bench", "artifact": self.artifact,
@@ -193,12 +196,12 @@ def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) ->
 
 def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: int,
                     extra: dict[str, Any]) -> list[SweepPoint]:
-    """`conc` callers of one session whose calls are batched (optcli/batching.py), per batch size."""
+    """`conc` callers whose calls are batched (optcli/batching.py) onto `batching_sessions` sessions."""
     from optcli.batching import BatchedRunner, batching_options
 
     options = batching_options(settings.batching)
-    runner = BatchedRunner(open_artifact(resolved, concurrency=1, threads=settings.threads, device=settings.device,
-                                         **extra), options)
+    runner = BatchedRunner(open_artifact(resolved, concurrency=settings.batching_sessions, threads=settings.threads,
+                                         device=settings.device, **extra), options)
     points = []
     try:
         feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins)
@@ -215,7 +218,8 @@ def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: i
             hist = {k: v - before["histogram"].get(k, 0) for k, v in ran["histogram"].items()
                     if v - before["histogram"].get(k, 0)}
             batches = {"mean": round((ran["rows"] - before["rows"]) / count, 2) if count else 0.0,
-                       "histogram": {str(k): v for k, v in sorted(hist.items())}, "options": options.to_json()}
+                       "histogram": {str(k): v for k, v in sorted(hist.items())}, "options": options.to_json(),
+                       "sessions": settings.batching_sessions}
             points.append(SweepPoint(batch, conc, stats, len(samples) * batch / wall if wall > 0 else 0.0,
                                      median_ci(samples), None, batches))
     finally:
@@ -254,7 +258,7 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
             runner.close()
         if settings.batching is not None:
             points += _batched_points(resolved, settings, conc, extra)
-    points.sort(key=lambda p: p.key)
+    points.sort(key=lambda p: (*p.key, p.batched))
     env = environment()
     env["load_average_before"] = load_before
     return BenchResult(artifact=resolved.to_json(), runtime=runtime, settings=settings.to_json(), inputs=inputs_json,

@@ -95,8 +95,10 @@ def _regression_table(reg: dict[str, Any]) -> Any:
 @click.option("--input", "-i", "pins", multiple=True, metavar="NAME:SHAPE",
               help="Size the dynamic dims of an input, e.g. input_ids:1x128 (the batch comes from --batch).")
 @click.option("--batching", metavar="on|max_batch_size=N,max_queue_delay_microseconds=N,preferred_batch_size=N/N",
-              help="Also measure each point with the concurrent calls batched on one session (Triton's "
-                   "dynamic_batching knobs; docs/serve.md).")
+              help="Also measure each point with the concurrent calls batched (Triton's dynamic_batching "
+                   "knobs; docs/serve.md).")
+@click.option("--batching-sessions", type=click.IntRange(1), default=1, show_default=True,
+              help="Sessions the batched calls run on, side by side (the cores are split between them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--save-baseline", type=click.Path(path_type=Path), help="Save this result as a baseline file.")
 @click.option("--compare-baseline", type=click.Path(path_type=Path), help="Compare against a saved baseline.")
