@@ -94,6 +94,13 @@ def _check_repo(repo: Path) -> None:
             from None
 
 
+def _python_target(options: TritonOptions) -> bool:
+    if options.backend not in (None, BACKEND_PYTHON):
+        raise UsageError(f"unknown Triton backend {options.backend!r}",
+                         hint="use --backend python, or leave it out for the artifact's own backend")
+    return options.backend == BACKEND_PYTHON
+
+
 def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
                   name: str | None = None, version: int | None = None, force: bool = False,
                   command: str = "optcli export-triton") -> TritonExport:
