@@ -71,12 +71,14 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
                   dynamic_batching: bool | str | None = None, preferred_batch_sizes: list[int] | None = None,
                   max_queue_delay_us: int | None = None, preserve_ordering: bool = False, instances: int = 1,
                   kind: str | None = None, graph_level: str | None = None, intra_op_threads: int | None = None,
+                  backend: str | None = None,
                   ort_tensorrt: bool = False, warmup: bool = True, inputs: list[str] | None = None) -> Any:
     """Write a ready Triton model repository entry (`<repo>/<name>/config.pbtxt`, `<version>/model.*`,
     README.md) for a run's report.json, an .onnx file or an .engine/.plan with its metadata.
 
     `dynamic_batching` is True/False or the CLI's text (`preferred=8,16,32`); None turns it on when the
     model batches. `inputs` are `NAME:SHAPE` pins that size warm-up and perf_analyzer shapes.
+    `backend="python"` writes a Python-backend model (model.py) that runs the artifact with optcli's runner.
     Returns an optcli.deploy.TritonExport; raises UsageError (exit code 2) for impossible settings.
     """
     from optcli.deploy import TritonOptions, parse_dynamic_batching
@@ -90,24 +92,37 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
         preferred = preferred or parsed
     options = TritonOptions(max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
                             preferred_batch_sizes=preferred, max_queue_delay_us=max_queue_delay_us,
-                            preserve_ordering=preserve_ordering, instances=instances, kind=kind,
+                            preserve_ordering=preserve_ordering, instances=instances, kind=kind, backend=backend,
                             graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
                             warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
     return write_repository(source, repo, options, name=name, version=version, force=force)
 
 
-def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, **options: Any) -> Any:
+def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
+         **options: Any) -> Any:
     """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
     .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
 
     Returns a Runner: `predict(inputs)`, `predict_async(inputs)` -> Future, `close()`, and a context
     manager. `concurrency=N` keeps N sessions/contexts so N calls run at once; `device` is "cpu" or
     "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
-    `optimization` for onnxruntime).
+    `optimization` for onnxruntime). `batching` (True, or a dict of Triton's dynamic_batching names:
+    max_batch_size, max_queue_delay_microseconds, preferred_batch_size) gathers concurrent calls into
+    one batch (optcli/batching.py); refused for a fixed-batch artifact.
     """
     from optcli.loaded_model import open_artifact, resolve_artifact
 
-    return open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    policy = None
+    if batching is not None and batching is not False:
+        from optcli.batching import batching_options
+
+        policy = batching_options(batching)  # bad options fail before the model loads
+    runner = open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    if policy is None:
+        return runner
+    from optcli.batching import BatchedRunner
+
+    return BatchedRunner(runner, policy)
 
 
 def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int | list[int] = 1,
@@ -220,3 +235,21 @@ def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, 
         exc.result = result  # type: ignore[attr-defined]
         raise exc
     return result
+
+
+def serve(artifact: str | Path, **options: Any) -> Any:
+    """Start a Triton Inference Server (the `serve` extra's bundled binary) serving `artifact` (a
+    report.json or its folder, .onnx, OpenVINO .xml, .engine) through Triton's Python backend and
+    optcli's runner, with Triton's dynamic batcher; returns the started TritonServer once the model
+    is ready (`urls`, `statistics()`, `stop()`; a context manager). `options` are ServeOptions
+    fields (name, host, http_port, grpc_port, metrics_port, max_batch_size, max_queue_delay_us,
+    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose).
+    """
+    from optcli.errors import UsageError
+    from optcli.serve import ServeOptions, TritonServer
+
+    known = set(ServeOptions.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"unknown serve option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
+    return TritonServer(artifact, ServeOptions(**options)).start()

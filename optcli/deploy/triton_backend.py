@@ -34,6 +34,7 @@ class ServedModel:
     profiles: list[dict[str, Profile]] = field(default_factory=list)  # TensorRT optimization profiles
     shape_hints: dict[str, tuple[int, ...]] = field(default_factory=dict)  # concrete full input shapes known
     facts: dict[str, Any] = field(default_factory=dict)
+    piece: Any = None                # a TritonBackend other than the format's own (the Python backend's)
 
     @property
     def batchable(self) -> bool:
@@ -42,13 +43,9 @@ class ServedModel:
 
     def batch_blocker(self) -> str | None:
         """Why the model cannot batch (the first tensor whose dim 0 is fixed or missing), or None."""
-        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
-            for s in specs:
-                if not s.shape:
-                    return f"{kind} {s.name!r} is a scalar (no batch dim)"
-                if isinstance(s.shape[0], int):
-                    return f"{kind} {s.name!r} has a fixed dim 0 of {s.shape[0]}"
-        return None
+        from optcli.batch_merge import batch_blocker
+
+        return batch_blocker(self.inputs, self.outputs)
 
     def profile_max_batch(self) -> int | None:
         """The largest batch the engine's profiles accept for every input, or None when unknown."""
@@ -75,6 +72,7 @@ class TritonOptions:
     intra_op_threads: int | None = None           # ONNX Runtime threads per instance
     ort_tensorrt: bool = False                    # ONNX on GPU through ONNX Runtime's TensorRT provider
     warmup: bool = True
+    backend: str | None = None                    # "python": Triton's Python backend runs optcli's runner
     inputs: list[TensorSpec] = field(default_factory=list)  # concrete shapes for warm-up and perf_analyzer
 
 
@@ -145,3 +143,8 @@ def triton_piece(fmt: str) -> TritonBackend:
         raise UsageError(f"Triton export takes {served} artifacts, not {fmt}",
                          hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
     return load_object(backend.triton)
+
+
+def piece_of(model: ServedModel) -> TritonBackend:
+    """The Triton piece that serves `model`: its own (the Python backend's), else its format's."""
+    return model.piece if model.piece is not None else triton_piece(model.format)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optcli.deploy.pbtxt import Comment, Enum, MapEntries
-from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions, triton_piece
+from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions, piece_of
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, merge_pinned
 
@@ -167,7 +167,7 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     kind = opts.kind or model.default_kind
     if kind not in KINDS:
         raise UsageError(f"unknown --kind {kind!r}", hint="use cpu or gpu")
-    piece = triton_piece(model.format)
+    piece = piece_of(model)
     piece.check(opts, kind)
     mbs = _max_batch_size(model, piece, opts, notes)
     batching = mbs > 0

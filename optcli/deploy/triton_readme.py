@@ -36,9 +36,9 @@ def _cmd(lines: list[str]) -> str:
 
 def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int, repo: Path,
                 options: TritonOptions, notes: list[str]) -> str:
-    from optcli.deploy.triton_backend import triton_piece
+    from optcli.deploy.triton_backend import piece_of
 
-    piece = triton_piece(model.format)
+    piece = piece_of(model)
     repo_arg = shlex.quote(str(repo))
     gpu = cfg.kind == "gpu"
     tree = cfg.tree
@@ -80,6 +80,10 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
                     f'-v "$(realpath {repo_arg})":/models',
                     "nvcr.io/nvidia/tritonserver:<YY.MM>-py3",
                     f"tritonserver --model-repository=/models --model-control-mode=explicit --load-model={name}"]),
+              *(["", "The Python backend imports optcli: the Triton image needs it and the model's runtime "
+                  "(e.g. an image built `FROM nvcr.io/nvidia/tritonserver:<YY.MM>-py3` that runs "
+                  "`pip install 'optcli[cpu]'`). On one machine, `optcli serve` runs this without Docker "
+                  "(docs/serve.md)."] if model.platform == "python" else []),
               "", "or with `tritonserver` installed on the host:", "",
               _cmd([f'tritonserver --model-repository="$(realpath {repo_arg})"',
                     f"--model-control-mode=explicit --load-model={name}"]),

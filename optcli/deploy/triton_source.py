@@ -11,7 +11,8 @@ from typing import Any
 from optcli.deploy.triton_backend import ServedModel
 from optcli.errors import UsageError
 
-__all__ = ["ServedModel", "default_name", "resolve_source"]
+__all__ = ["BACKEND_PYTHON", "ServedModel", "default_name", "resolve_source"]
+BACKEND_PYTHON = "python"        # optcli's runner in Triton's Python backend (optcli/deploy/triton_python.py)
 
 
 def resolve_source(source: str | Path) -> ServedModel:
