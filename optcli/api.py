@@ -187,8 +187,10 @@ def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: in
     resolved = resolve_artifact(artifact)
     backend = for_format(resolved.format)
     if backend.profiler is None:
-        kinds = " or ".join(b.suffixes[0] for b in all_backends() if b.profiler)
-        raise UsageError(f"per-layer profiles need an {kinds} artifact, not {resolved.format}",
+        kinds = [f"{b.label} ({b.suffixes[0]})" for b in all_backends() if b.profiler]
+        kinds_text = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+        raise UsageError(f"per-layer profiles need an artifact of {kinds_text}, not a {backend.label} "
+                         f"{resolved.format} file",
                          hint="compile the model first (optcli compile) and profile its report.json")
     profiler = load_object(backend.profiler)
     settings = {"batch": batch, "runs": runs, "warmup": warmup, "optimization": optimization, "threads": threads,
