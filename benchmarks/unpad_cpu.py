@@ -2,7 +2,8 @@
 on padded encoders, in ONE interleaved run per model and length distribution, batch 1 and 8, with
 accuracy against PyTorch FP32 on the valid tokens.
 
-    python benchmarks/unpad_cpu.py [--models minilm,bert_base] [--rounds 5] [--out optcli-out/unpad-bench]
+    python benchmarks/unpad_cpu.py [--models minilm,bert_base] [--rounds 5] [--batches 1,8]
+                                   [--lengths short,uniform,full] [--out optcli-out/unpad-bench]
 
 Models (transformers, built from configs, random weights, padded length 128, no hub):
 - minilm: a MiniLM-L6-sized BertModel (6 layers, hidden 384, 12 heads) mean-pooled over the mask and
@@ -208,11 +209,11 @@ def measure(opened: dict[str, Any], kind: str, batch: int, rounds: int) -> dict[
     return times
 
 
-def bench_model(name: str, out: Path, rounds: int, batches: list[int]) -> list[dict[str, Any]]:
+def bench_model(name: str, out: Path, rounds: int, batches: list[int], kinds: list[str]) -> list[dict[str, Any]]:
     factories, facts, net = runners(name, out)
     opened = {k: f() for k, f in factories.items()}
     rows = []
-    for kind in ("short", "uniform", "full"):
+    for kind in kinds:
         cos = {k: accuracy(r, net, kind) for k, r in opened.items()}
         for batch in batches:
             times = measure(opened, kind, batch, rounds)
@@ -245,11 +246,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("optcli-out/unpad-bench"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--lengths", default="short,uniform,full", help="length distributions to measure")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     for name in args.models.split(","):
-        rows += bench_model(name, args.out, args.rounds, [int(b) for b in args.batches.split(",")])
+        rows += bench_model(name, args.out, args.rounds, [int(b) for b in args.batches.split(",")],
+                            args.lengths.split(","))
     print(f"load average after: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
     facts = {(r["model"], r["variant"]): {k: r[k] for k in ("chosen", "unpad", "compile_s") if k in r} for r in rows}
     for (model, variant), f in facts.items():
