@@ -10,6 +10,8 @@ send batch-1 requests back to back to one of these configurations, which take tu
 
 - `concurrency N`: optcli.load(MODEL, concurrency=N): N sessions, the cores split between them;
   every request runs alone (what `optcli bench --concurrency N` measures);
+- `2 sessions, unbatched`: concurrency=2 sessions shared by the N callers, each request alone (so
+  the effect of batching is told apart from that of fewer sessions than callers);
 - `batched 1 session`: optcli.load(MODEL, batching=...): one session with every core; requests in
   flight are gathered into batches of up to --max-batch-size;
 - `batched 2 sessions`: concurrency=2 sessions of one thread each, batching on top.
@@ -36,6 +38,7 @@ def configs(model: str, clients: int, batching: dict[str, Any]) -> dict[str, Any
     cores = os.cpu_count() or 1
     return {
         f"concurrency {clients}": lambda: optcli.load(model, concurrency=clients),
+        "2 sessions, unbatched": lambda: optcli.load(model, concurrency=2, threads=max(1, cores // 2)),
         "batched 1 session": lambda: optcli.load(model, threads=cores, batching=batching),
         "batched 2 sessions": lambda: optcli.load(model, concurrency=2, threads=max(1, cores // 2),
                                                   batching=batching),
@@ -83,6 +86,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, make in table.items():
                 calls, wall, ms, mean = turn(make, clients, args.turn_seconds)
+                print(f"  clients {clients} {name}: {calls / wall:.1f} req/s", file=sys.stderr, flush=True)
                 a = acc[name]
                 a["calls"] += calls
                 a["wall"] += wall
@@ -107,11 +111,11 @@ def main() -> None:
         return
     print(f"model: {args.model}; batch-1 requests; batching {batching}; {args.rounds} interleaved rounds of "
           f"{args.turn_seconds:g} s per config; {os.cpu_count()} cores; load average after: {load:.2f}")
-    print(f"{'clients':>7}  {'config':<20} {'req/s':>9} {'vs conc':>8} {'per-round':>13} {'p50 ms':>8} "
+    print(f"{'clients':>7}  {'config':<22} {'req/s':>9} {'vs conc':>8} {'per-round':>13} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'mean batch':>10}")
     for r in results:
         lo, hi = r["round_range"]
-        print(f"{r['clients']:>7}  {r['config']:<20} {r['req_per_s']:>9.1f} {r['vs_concurrency']:>7.2f}x "
+        print(f"{r['clients']:>7}  {r['config']:<22} {r['req_per_s']:>9.1f} {r['vs_concurrency']:>7.2f}x "
               f"{lo:>5.2f}-{hi:<5.2f}x {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
               f"{r['mean_batch'] if r['mean_batch'] is not None else '-':>10}")
 

@@ -171,17 +171,19 @@ class _Batcher:
         """Run one request in the caller's thread, batched with whatever is in flight."""
         request = self._enqueue(_Request(feeds, None))
         while True:
-            if request.lead:
-                request.lead = False
-                self._lead()
             with self.cond:
-                if request.done:
-                    break
-                if request.lead:
-                    continue
-                if request.wake is None:
-                    request.wake = threading.Event()
-                wake = request.wake
+                # A handle given to this caller is used even when its own request is already done
+                # (another leader took it): a handle left unused would be lost to the batcher.
+                lead, request.lead = request.lead, False
+                if not lead:
+                    if request.done:
+                        break
+                    if request.wake is None:
+                        request.wake = threading.Event()
+                    wake = request.wake
+            if lead:
+                self._lead()
+                continue
             wake.wait()
             wake.clear()
         if request.error is not None:

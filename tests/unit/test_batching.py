@@ -143,9 +143,13 @@ def test_bad_input_fails_in_the_caller_and_close_drains(seq_onnx):
 
 
 def test_concurrency_runs_batches_side_by_side(seq_onnx):
-    xs = _rows(32, 3, seed=4)
+    """Many callers, two sessions, requests back to back: every session handed between callers comes
+    back (a lost one would first slow the batcher down, then hang it)."""
+    xs = _rows(16, 3, seed=4)
     with optcli.load(seq_onnx, concurrency=2, batching={"max_batch_size": 4}) as m:
-        got = _call_together(lambda x: m.predict(x)["y"], xs)
-        assert m.stats()["rows"] == 32
+        got = _call_together(lambda x: [m.predict(x)["y"] for _ in range(25)][-1], xs)
+        batcher = m._batcher  # the count of free sessions is internal state
+        assert batcher.idle == batcher.handles == 2 and not batcher.queue
+        assert m.stats()["rows"] == 16 * 25
     for g, x in zip(got, xs):
         np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
