@@ -55,7 +55,7 @@ print(",".join(s.name for s in all_stages()))
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     names = proc.stdout.strip().split(",")
-    assert names[:4] == ["export", "simplify", "unpad", "fuse"]  # later issues insert theirs by `order`
+    assert names[:4] == ["export", "simplify", "fuse", "unpad"]  # later issues insert theirs by `order`
 
 
 @pytest.mark.parametrize("argv, expect", [
