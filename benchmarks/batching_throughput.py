@@ -17,6 +17,9 @@ send batch-1 requests back to back to one of these configurations, which take tu
 - `batched 2 sessions`: concurrency=2 sessions of one thread each, batching on top.
 
 Requests/s are summed over the rounds; p50/p99 latency per request come from every timed call.
+First it prints the ceiling: samples/s at batch 1 and at --max-batch-size on one single-threaded
+session (median of 3 turns), the most any batching can win on this model and machine
+(`--ceiling-only` stops there).
 """
 from __future__ import annotations
 
@@ -67,6 +70,32 @@ def turn(make: Any, clients: int, seconds: float) -> tuple[int, float, list[floa
         model.close()
 
 
+def ceiling(model_path: str, batch: int, seconds: float = 0.7) -> dict[int, float]:
+    """Samples/s at batch 1 and at `batch` on one single-threaded session (median of 3 turns each)."""
+    import time
+
+    import optcli
+    from optcli.benchmark.feeds import FeedSource
+
+    rates: dict[int, list[float]] = {1: [], batch: []}
+    model = optcli.load(model_path, threads=1)
+    try:
+        source = FeedSource.for_runner(model)
+        for _ in range(3):
+            for size in rates:
+                feeds = model.normalize(source.batch(size))
+                for _ in range(5):
+                    model.run_normalized(feeds)
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    model.run_normalized(feeds)
+                    n += 1
+                rates[size].append(n * size / (time.perf_counter() - t0))
+    finally:
+        model.close()
+    return {size: float(np.median(r)) for size, r in rates.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -76,8 +105,15 @@ def main() -> None:
     parser.add_argument("--turn-seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ceiling-only", action="store_true")
     args = parser.parse_args()
     batching = {"max_batch_size": args.max_batch_size, "max_queue_delay_microseconds": args.delay_us}
+    top = ceiling(args.model, args.max_batch_size)
+    print(f"ceiling (1 thread): batch 1 {top[1]:.1f} samples/s, batch {args.max_batch_size} "
+          f"{top[args.max_batch_size]:.1f} samples/s: batching can win at most "
+          f"{top[args.max_batch_size] / top[1]:.2f}x", file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.ceiling_only:
+        return
     results = []
     for clients in (int(c) for c in args.clients.split(",")):
         table = configs(args.model, clients, batching)
