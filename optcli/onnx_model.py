@@ -170,29 +170,39 @@ def int_bounds_onnx(path: Path) -> dict[str, int]:
     return bounds
 
 
-def external_data_files(path: Path) -> list[str]:
-    """Relative locations of the external weight files the ONNX graph at `path` references, in first-
-    reference order; each must stay inside the model's folder and exist (a hostile graph could point at
-    any file). A graph file over 64 MB holds its weights inside: [] without parsing it."""
+def _external_tensors(model: Any) -> Any:
+    """Every tensor of `model` (initializers and Constant-style attributes, subgraphs included) whose data
+    sits in an external file."""
     import onnx
 
-    if path.stat().st_size > _GRAPH_ONLY_MAX_BYTES:
-        return []
-    model = load_onnx(path, load_weights=False)
-    locations: list[str] = []
     graphs = [model.graph]
     while graphs:
         graph = graphs.pop()
         tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-        for tensor in tensors:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
-                if loc not in locations:
-                    locations.append(loc)
+        yield from (t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL)
         for node in graph.node:
             for a in node.attribute:
                 graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
-    return [_contained_location(path.parent, loc) for loc in locations]
+
+
+def _raw_locations(model: Any) -> list[str]:
+    """The external data locations as the graph spells them, in first-reference order."""
+    locations: list[str] = []
+    for tensor in _external_tensors(model):
+        loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if loc not in locations:
+            locations.append(loc)
+    return locations
+
+
+def external_data_files(path: Path) -> list[str]:
+    """Relative locations of the external weight files the ONNX graph at `path` references, in first-
+    reference order; each must stay inside the model's folder and exist (a hostile graph could point at
+    any file). A graph file over 64 MB holds its weights inside: [] without parsing it."""
+    if path.stat().st_size > _GRAPH_ONLY_MAX_BYTES:
+        return []
+    model = load_onnx(path, load_weights=False)
+    return list(dict.fromkeys(_contained_location(path.parent, loc) for loc in _raw_locations(model)))
 
 
 def _contained_location(folder: Path, loc: str) -> str:
@@ -224,23 +234,15 @@ def copy_external_data(model: Any, src: Path, dst: Path) -> None:
     "hardlink attack" check since onnx 1.20), and a link would let one stage's write change another's."""
     import shutil
 
-    import onnx
-
-    renamed: dict[str, str] = {}
-    for i, loc in enumerate(external_data_files(src)):
-        renamed[loc] = f"{dst.name}.data{i or ''}"
-        shutil.copyfile(src.parent / loc, dst.parent / renamed[loc])
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-        for tensor in tensors:
-            for entry in tensor.external_data:
-                if entry.key == "location" and entry.value in renamed:
-                    entry.value = renamed[entry.value]
-        for node in graph.node:
-            for a in node.attribute:
-                graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+    renamed: dict[str, str] = {}  # as the graph spells it -> the copy's name
+    for loc in _raw_locations(model):
+        rel = _contained_location(src.parent, loc)
+        renamed[loc] = f"{dst.name}.data{len(renamed) or ''}"
+        shutil.copyfile(src.parent / rel, dst.parent / renamed[loc])
+    for tensor in _external_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value in renamed:
+                entry.value = renamed[entry.value]
 
 
 def remove_onnx(path: Path) -> None:

@@ -4,7 +4,7 @@ whose weights sit in external files."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from optcli.deploy.pbtxt import Comment, MapEntries
@@ -22,36 +22,8 @@ _QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 _DYNAMIC_INT8_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "com.microsoft.DynamicQuantizeMatMul"}
 
 
-def _external_data(model: Any, folder: Path) -> list[str]:
-    """Relative locations of the external weight files the graph references, checked to stay in `folder`."""
-    import onnx
-
-    locations: set[str] = set()
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        for tensor in graph.initializer:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
-                locations.add(loc)
-        for node in graph.node:
-            graphs.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
-            for a in node.attribute:
-                graphs.extend(a.graphs)
-    out = []
-    for loc in sorted(locations):
-        rel = PurePosixPath(loc.replace("\\", "/"))
-        if not loc or rel.is_absolute() or ".." in rel.parts:
-            raise UsageError(f"external data location {loc!r} points outside the model's folder",
-                             hint="re-save the model with its weights beside it")
-        if not (folder / rel).is_file():
-            raise UsageError(f"external data file {folder / rel} is missing", hint="copy it beside the model")
-        out.append(str(rel))
-    return out
-
-
 def _served(path: Path) -> ServedModel:
-    from optcli.onnx_model import io_specs, load_onnx, op_histogram
+    from optcli.onnx_model import external_data_files, io_specs, load_onnx, op_histogram
 
     model = load_onnx(path, load_weights=False)
     for vi in list(model.graph.input) + list(model.graph.output):
@@ -87,7 +59,7 @@ def _served(path: Path) -> ServedModel:
              "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)}
     return ServedModel(path=path, format="onnx", platform=PLATFORM, filename="model.onnx", inputs=inputs,
                        outputs=outputs, precision=precision, default_kind="cpu", default_name=default_name(path),
-                       source=f"{path} ({precision})", external_data=_external_data(model, path.parent),
+                       source=f"{path} ({precision})", external_data=external_data_files(path),
                        facts=facts)
 
 

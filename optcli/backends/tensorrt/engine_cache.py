@@ -27,22 +27,12 @@ KEY_VERSION = 2  # 2: the CUDA major joined the key
 
 
 def onnx_digest(path: Path) -> str:
-    """sha256 of an ONNX file and of the external data files it references (in reference order)."""
-    import onnx
+    """sha256 of an ONNX file and of the external data files it references, which must stay in its folder."""
+    from optcli.artifact import sha256_file
+    from optcli.onnx_model import external_data_files
 
-    h = hashlib.sha256()
-    h.update(path.read_bytes())
-    model = onnx.load(str(path), load_external_data=False)
-    seen: list[str] = []
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
-            if location and location not in seen:
-                seen.append(location)
-    for location in seen:
-        h.update(location.encode())
-        h.update((path.parent / location).read_bytes())
-    return h.hexdigest()
+    external_data_files(path)  # a location outside the folder is refused here, not followed by the parser
+    return sha256_file(path)
 
 
 def cache_key(onnx_sha256: str, options: dict[str, Any], profiles: list[dict[str, Any]],
