@@ -303,6 +303,26 @@ def set_option(config: CompileConfig, key: str, value: Any, *, text: bool = Fals
     config.extra[section] = values
 
 
+def stage_section(config: Any, name: str, example: str) -> Any:
+    """The validated section `name` a stage owns, typed as its dataclass (defaults where absent): the dict
+    that TOML, flags or the API set through set_option, unknown keys refused, `validate()` run."""
+    cls = section_class(name)
+    raw = config.extra.get(name, {})
+    if isinstance(raw, cls):
+        raw.validate()
+        return raw
+    if not isinstance(raw, dict):
+        raise UsageError(f"[{name}] must be a table", hint=f"e.g. [{name}] {example}")
+    names = _field_names(cls)
+    values = {k.replace("-", "_"): v for k, v in raw.items()}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in [{name}]", hint=f"known keys: {', '.join(sorted(names))}")
+    section = cls(**values)
+    section.validate()
+    return section
+
+
 def _field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 

@@ -17,7 +17,6 @@ backends exist, what each can compute in and what it needs installed is the back
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,20 +57,9 @@ class CpuConfig:
 
 def cpu_config(config: Any) -> CpuConfig:
     """The validated [cpu] section of a CompileConfig (defaults where absent)."""
-    raw = config.extra.get(SECTION, {})
-    if isinstance(raw, CpuConfig):
-        raw.validate()
-        return raw
-    if not isinstance(raw, dict):
-        raise UsageError("[cpu] must be a table", hint="e.g. [cpu] backend = \"openvino\"")
-    names = {f.name for f in dataclasses.fields(CpuConfig)}
-    values = {k.replace("-", "_"): v for k, v in raw.items()}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise UsageError(f"unknown key {unknown[0]!r} in [cpu]", hint=f"known keys: {', '.join(sorted(names))}")
-    cfg = CpuConfig(**values)
-    cfg.validate()
-    return cfg
+    from optcli.config import stage_section
+
+    return stage_section(config, SECTION, "backend = \"openvino\"")
 
 
 def backend_choices() -> tuple[str, ...]:

@@ -9,7 +9,6 @@ Registered in optcli.config.SECTIONS; stored in CompileConfig.extra["unpad"] as 
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,17 +35,6 @@ class UnpadConfig:
 
 def unpad_config(config: Any) -> UnpadConfig:
     """The validated [unpad] section of a CompileConfig (defaults where absent)."""
-    raw = config.extra.get(SECTION, {})
-    if isinstance(raw, UnpadConfig):
-        raw.validate()
-        return raw
-    if not isinstance(raw, dict):
-        raise UsageError("[unpad] must be a table", hint="e.g. [unpad] bucket = 8")
-    names = {f.name for f in dataclasses.fields(UnpadConfig)}
-    values = {k.replace("-", "_"): v for k, v in raw.items()}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise UsageError(f"unknown key {unknown[0]!r} in [unpad]", hint=f"known keys: {', '.join(sorted(names))}")
-    cfg = UnpadConfig(**values)
-    cfg.validate()
-    return cfg
+    from optcli.config import stage_section
+
+    return stage_section(config, SECTION, "bucket = 8")
