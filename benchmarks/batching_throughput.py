@@ -35,16 +35,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 
-def configs(model: str, clients: int, batching: dict[str, Any]) -> dict[str, Any]:
+def configs(model: str, clients: int, batching: dict[str, Any], device: str | None = None) -> dict[str, Any]:
     import optcli
 
     cores = os.cpu_count() or 1
+    where = {"device": device} if device else {}
     return {
-        f"concurrency {clients}": lambda: optcli.load(model, concurrency=clients),
-        "2 sessions, unbatched": lambda: optcli.load(model, concurrency=2, threads=max(1, cores // 2)),
-        "batched 1 session": lambda: optcli.load(model, threads=cores, batching=batching),
+        f"concurrency {clients}": lambda: optcli.load(model, concurrency=clients, **where),
+        "2 sessions, unbatched": lambda: optcli.load(model, concurrency=2, threads=max(1, cores // 2), **where),
+        "batched 1 session": lambda: optcli.load(model, threads=cores, batching=batching, **where),
         "batched 2 sessions": lambda: optcli.load(model, concurrency=2, threads=max(1, cores // 2),
-                                                  batching=batching),
+                                                  batching=batching, **where),
     }
 
 
@@ -70,7 +71,7 @@ def turn(make: Any, clients: int, seconds: float) -> tuple[int, float, list[floa
         model.close()
 
 
-def ceiling(model_path: str, batch: int, seconds: float = 0.7) -> dict[int, float]:
+def ceiling(model_path: str, batch: int, seconds: float = 0.7, device: str | None = None) -> dict[int, float]:
     """Samples/s at batch 1 and at `batch` on one single-threaded session (median of 3 turns each)."""
     import time
 
@@ -78,7 +79,7 @@ def ceiling(model_path: str, batch: int, seconds: float = 0.7) -> dict[int, floa
     from optcli.benchmark.feeds import FeedSource
 
     rates: dict[int, list[float]] = {1: [], batch: []}
-    model = optcli.load(model_path, threads=1)
+    model = optcli.load(model_path, threads=1, **({"device": device} if device else {}))
     try:
         source = FeedSource.for_runner(model)
         for _ in range(3):
@@ -106,9 +107,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ceiling-only", action="store_true")
+    parser.add_argument("--device", default=None, help="cpu or cuda, where the backend has it [its default]")
     args = parser.parse_args()
     batching = {"max_batch_size": args.max_batch_size, "max_queue_delay_microseconds": args.delay_us}
-    top = ceiling(args.model, args.max_batch_size)
+    top = ceiling(args.model, args.max_batch_size, device=args.device)
     print(f"ceiling (1 thread): batch 1 {top[1]:.1f} samples/s, batch {args.max_batch_size} "
           f"{top[args.max_batch_size]:.1f} samples/s: batching can win at most "
           f"{top[args.max_batch_size] / top[1]:.2f}x", file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -116,7 +118,7 @@ def main() -> None:
         return
     results = []
     for clients in (int(c) for c in args.clients.split(",")):
-        table = configs(args.model, clients, batching)
+        table = configs(args.model, clients, batching, args.device)
         acc: dict[str, dict[str, Any]] = {k: {"calls": 0, "wall": 0.0, "ms": [], "batch": [], "rates": []}
                                           for k in table}
         for _ in range(args.rounds):

@@ -24,7 +24,7 @@ DTYPES = {
 }
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
                   "long": "int64", "int": "int32", "double": "float64"}
-_NAME = re.compile(r"^[A-Za-z_][\w.\-/]*$")
+_NAME = re.compile(r"[A-Za-z_][\w.\-/]*")  # fullmatch: "$" would let "x\n" through
 
 
 def canonical_dtype(name: str) -> str:
@@ -96,7 +96,7 @@ def parse_input_spec(text: str) -> TensorSpec:
         raise UsageError(f"malformed --input {text!r}",
                          hint="write NAME:SHAPE[:DTYPE], e.g. --input x:1x3x224x224 or input_ids:1x128:int64")
     name, shape_text = parts[0], parts[1]
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise UsageError(f"malformed --input {text!r}: bad input name {name!r}", hint="names are like x or input_ids")
     # "" = not given: a pin then takes the model's own dtype (float32 where the model has none).
     dtype = canonical_dtype(parts[2]) if len(parts) == 3 else ""

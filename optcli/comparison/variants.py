@@ -23,7 +23,7 @@ from typing import Any
 from optcli.config import PRECISIONS, SECTIONS, CompileConfig, UnknownOption, set_option
 from optcli.errors import UsageError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # fullmatch: "$" would let "a\n" through
 
 
 @dataclass
@@ -41,7 +41,7 @@ def parse_variants(names: list[str] | str, custom: list[str] | None = None) -> l
     defined: dict[str, Variant] = {}
     for text in custom or []:
         name, sep, rest = text.partition(":")
-        if not sep or not _NAME.match(name):
+        if not sep or not _NAME.fullmatch(name):
             raise UsageError(f"malformed --variant {text!r}", hint="write NAME:key=value,... e.g. nofuse:fuse.enabled=false")
         options: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in rest.split(","))):

@@ -133,3 +133,15 @@ def test_a_newline_in_a_recorded_path_stays_on_one_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as err:
         verified(tmp_path / "x\nmodel.onnx", "0" * 64, tmp_path / "report\n.json")
     assert "\n" not in err.value.message
+
+
+@pytest.mark.parametrize("parse, text", [
+    (parse_input_spec, "x\n:1x3"),          # "^...$" matched "x\n": a name with a newline in messages and files
+    (lambda t: __import__("optcli.comparison.variants", fromlist=["parse_variants"]).parse_variants(["fp32"], [t]),
+     "fast\n:fuse.enabled=false"),          # a variant name becomes a folder name
+])
+def test_names_with_a_trailing_newline_are_refused(parse, text: str) -> None:
+    """The class hypothesis found: a regex anchored with `$` accepts a trailing newline."""
+    with pytest.raises(UsageError) as err:
+        parse(text)
+    assert "\n" not in err.value.message.replace("\\n", "")

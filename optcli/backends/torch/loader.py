@@ -145,11 +145,12 @@ def _classify_pickle(path: Path, allow_pickle: bool) -> str:
     return "pickle"
 
 
-def load_torch(source: ModelSource, pinned: list[TensorSpec], task: str = "auto") -> TorchModel:
-    """Load a PyTorch model and work out its input specs (dim 0 is the batch)."""
+def load_torch(source: ModelSource, pinned: list[TensorSpec], task: str = "auto", device: str = "cpu") -> TorchModel:
+    """Load a PyTorch model and work out its input specs (dim 0 is the batch). `device` places a .pt2's
+    program there (the caller moves the other formats' modules)."""
     torch = require("torch", "loading PyTorch models")
     if source.format == "pt2":
-        return _load_pt2(torch, source, pinned)
+        return _load_pt2(torch, source, pinned, device)
     if source.format == "torchscript":
         try:
             module = torch.jit.load(str(source.path), map_location="cpu")
@@ -197,7 +198,7 @@ def _from_pins(module: Any, pinned: list[TensorSpec]) -> TorchModel:
     return TorchModel(module, specs, int_high=int_high)
 
 
-def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> TorchModel:
+def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec], device: str = "cpu") -> TorchModel:
     from optcli.library_logs import captured_logs, last_error_line
 
     with captured_logs("torch") as logs:
@@ -218,6 +219,13 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> Torc
     constants = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
     kwargs = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
     example_values = list(args) + list(kwargs.values())
+    if device != "cpu":
+        # module().to(device) moves parameters but not the devices written into the graph (an arange or
+        # ones(..., device="cpu") that transformers makes for masks and positions): found on an H100,
+        # where a BERT .pt2 failed "Tensor device mismatch". The pass rewrites both.
+        from torch.export.passes import move_to_device_pass
+
+        ep = move_to_device_pass(ep, device)
     module = ep.module()
     if kwargs or constants:
         # Programs exported with keyword inputs (the transformers style) must be called by keyword;

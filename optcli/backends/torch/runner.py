@@ -89,7 +89,7 @@ class TorchFileRunner(TorchRunner):
             raise UsageError(f"{path} is a {source.format} model, not a PyTorch file",
                              hint="open it with optcli.load(), which picks the runner by format")
         pinned = [parse_input_spec(s) if isinstance(s, str) else s for s in inputs or []]
-        model = load_torch(source, pinned)
+        model = load_torch(source, pinned, device=device)
         names = None
         if model.exported_program is not None:
             names = [str(n) for n in model.exported_program.graph_signature.user_outputs]
