@@ -48,8 +48,11 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
             if value:
                 config.quantize.precision = key
             continue
-        if key == "backend":  # compile(model, backend="openvino"): the build-cpu stage's [cpu] section
-            config.extra.setdefault("cpu", {})["backend"] = value
+        if key in ("backend", "search"):  # compile(model, search="thorough"): the build-cpu stage's [cpu] section
+            config.extra.setdefault("cpu", {})[key] = value
+            continue
+        if key == "time_budget":
+            config.time_budget = value
             continue
         if key in ("calib", "eval") and value is not None:
             value = Path(value)

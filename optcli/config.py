@@ -98,6 +98,7 @@ class CompileConfig:
     inputs: list[TensorSpec] = field(default_factory=list)
     target: str = "auto"
     force: bool = False
+    time_budget: float | None = None  # seconds for the whole compile: the CPU search stops at the best so far
     export: ExportConfig = field(default_factory=ExportConfig)
     simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
     fuse: FuseConfig = field(default_factory=FuseConfig)
@@ -150,6 +151,9 @@ class CompileConfig:
             raise UsageError(f"unknown precision {self.quantize.precision!r}", hint=f"use one of: {', '.join(PRECISIONS)}")
         if self.quantize.precision == "int8" and self.quantize.calib is None:
             raise UsageError("--int8 needs calibration data", hint="pass --calib DIR (a folder of .npz files, keys = input names)")
+        if self.time_budget is not None and not (isinstance(self.time_budget, (int, float)) and self.time_budget > 0):
+            raise UsageError(f"time budget {self.time_budget!r} must be a positive number of seconds",
+                             hint="e.g. --time-budget 60")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
         from optcli.quantize.tolerance import check_bounds
@@ -216,13 +220,13 @@ def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
     top = dict(data.pop("compile", {}))
     top = {k.replace("-", "_"): v for k, v in top.items()}
     cfg = CompileConfig(model=model)
-    for key in ("out", "target", "force"):
+    for key in ("out", "target", "force", "time_budget"):
         if key in top:
             setattr(cfg, key, Path(top.pop(key)) if key == "out" else top.pop(key))
     if "inputs" in top:
         cfg.inputs = [parse_input_spec(s) for s in top.pop("inputs")]
     if top:  # nothing reads other [compile] keys: a typo must not pass silently
-        raise UsageError(f"unknown key {sorted(top)[0]!r} in [compile]", hint="known keys: force, inputs, out, target")
+        raise UsageError(f"unknown key {sorted(top)[0]!r} in [compile]", hint="known keys: force, inputs, out, target, time-budget")
     for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
                          ("bench", BenchConfig), ("accuracy", AccuracyConfig), ("quantize", QuantizeConfig)):
         if section in data:

@@ -118,6 +118,8 @@ class Pipeline:
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
         ctx.facts["target_reason"] = target_reason
+        if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
+            ctx.facts["deadline"] = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
         report = RunReport(
             optcli_version=__version__,
@@ -202,7 +204,9 @@ class Pipeline:
                 result = stage.run(artifact, tmp)
                 record.details, record.seconds = result.details, round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
+                t_measure = time.perf_counter()
                 self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, result.accuracy)
+                record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
                 write_record(tmp, key, self.measure.bench_key(), rel, result.artifact, record)
         except StageError as exc:
@@ -228,7 +232,9 @@ class Pipeline:
             self.measure.remember(ctx, artifact, cached["latency_ms"].get("before"))
             self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
         else:
+            t_measure = time.perf_counter()
             self.measure.around_stage(ctx, stage, record, artifact, out, reference)
+            record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
         return out
 

@@ -71,8 +71,11 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
         config.bench.enabled = False
     _apply_quantize_flags(ctx, config, params)
     apply_tensorrt_options(ctx, config)
-    if _given(ctx, "backend"):  # the build-cpu stage's [cpu] section (optcli/cpu/options.py)
-        config.extra.setdefault("cpu", {})["backend"] = params["backend"]
+    for flag in ("backend", "search"):  # the build-cpu stage's [cpu] section (optcli/cpu/options.py)
+        if _given(ctx, flag):
+            config.extra.setdefault("cpu", {})[flag] = params[flag]
+    if params["time_budget"] is not None:
+        config.time_budget = params["time_budget"]
     return config
 
 
@@ -122,6 +125,11 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
               help="Let the config file turn on running code (a --calib-reader plugin, --allow-pickle).")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "openvino"]), default="auto", show_default=True,
               help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
+@click.option("--search", type=click.Choice(["fast", "thorough"]), default="fast", show_default=True,
+              help="CPU candidates: fast builds the predicted winner first and another only while it could "
+                   "still win; thorough builds and measures every one.")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Bound the compile: the CPU search stops at the best candidate so far, and says so.")
 @click.option("--force", is_flag=True, help="Rebuild every stage, ignoring cached results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (progress stays off).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset for export.")

@@ -38,6 +38,7 @@ class Candidate:
     accuracy: dict[str, Any] | None = None
     failure: str | None = None      # the tolerance it missed, or why it did not build/run
     latency: dict[str, Any] | None = None
+    search: dict[str, Any] = field(default_factory=dict)    # prediction, seconds per phase (optcli/search)
 
     @property
     def passed(self) -> bool:
@@ -51,6 +52,8 @@ class Candidate:
         status = "skipped" if self.skip else ("passed" if self.passed else "failed")
         out: dict[str, Any] = {"name": self.name, "backend": self.backend, "precision": self.precision,
                                "recipe": self.recipe, "status": status}
+        if self.search:
+            out["search"] = self.search
         if self.skip:
             out["reason"] = self.skip
             return out
@@ -118,9 +121,7 @@ def plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16
     return cands + [s8s8]
 
 
-# Within this share of the fastest p50, candidates are ties (run-to-run noise on a shared CPU is larger
-# than the bootstrap interval of one run: 1 in 10 compiles chose differently with intervals alone).
-TIE_BAND = 0.05
+from optcli.search.elimination import TIE_BAND  # noqa: E402 - one tie rule for the search and the choice
 COSINE_TIE = 1e-4
 # Fewer moving parts first: the input as it is, a plain conversion, then re-quantization.
 SIMPLICITY = {"input": 0, "convert": 1, "convert-input": 1, "nncf": 2, "nncf-transformer": 3, "requantize-s8s8": 4}

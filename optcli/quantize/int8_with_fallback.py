@@ -19,7 +19,7 @@ from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
 from optcli.quantize.calibrate import compute_ranges
-from optcli.quantize.evaluate import evaluate, run_model
+from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
 from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
@@ -68,7 +68,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
-    reference, _ = run_model(fp32, ev)
+    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
     counts = qz.write(out, [])

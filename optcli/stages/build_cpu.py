@@ -31,6 +31,7 @@ from optcli.errors import OptcliError, StageError, UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.latency import median_ci, stats_from_samples
 from optcli.tensor_spec import random_inputs
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
@@ -123,7 +124,9 @@ class BuildCpuStage(Stage):
                 "bench": {"batch": bench.batch, "threads": bench.threads},
                 # The choice is a measurement on this machine with these libraries.
                 "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
-                "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")}}
+                "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")},
+                # A search cut short by --time-budget is the answer to that budget only.
+                **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
@@ -171,7 +174,7 @@ class BuildCpuStage(Stage):
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        from optcli.quantize.evaluate import run_model
+        from optcli.quantize.evaluate import reference_outputs
 
         cfg = self.options()
         tol = self.tolerance()
@@ -179,24 +182,8 @@ class BuildCpuStage(Stage):
         float_art = self._float_onnx(artifact)
         specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
         calib, ev = self._data(specs)
-        reference, names = run_model(float_art.path, ev)
-        threads = self.ctx.config.bench.threads
-        for cand in cands:
-            if cand.skip:
-                continue
-            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
-            t0 = time.perf_counter()
-            try:
-                self._build(cand, artifact, folder, calib, cands)
-                cand.build["seconds"] = round(time.perf_counter() - t0, 3)
-                self._evaluate(cand, reference, names, ev, tol, threads)
-            except OptcliError as exc:
-                cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
-            except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
-                # NNCF's) is this candidate's failure: the others still compete
-                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
-        timing = self._measure(cands, ev, cfg, threads)
+        reference, names = reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev)
+        search, timing = self._search(cands, artifact, workdir, calib, ev, (reference, names, tol), cfg, float_art)
         chosen, why = choose(cands)
         if chosen is None:
             ran = [c for c in cands if c.accuracy is not None]
@@ -205,6 +192,8 @@ class BuildCpuStage(Stage):
             # Hand the most accurate one to the pipeline's gate, which fails the run with exit 3.
             chosen = max(ran, key=lambda c: c.accuracy.get("cosine_mean", 0.0))
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
+        if search.degraded:
+            why = f"{why} ({search.degraded})"
         out = self._place(chosen, artifact, workdir)
         if not cfg.keep_candidates:
             shutil.rmtree(workdir / "candidates", ignore_errors=True)
@@ -213,6 +202,7 @@ class BuildCpuStage(Stage):
         details = {
             "precision": self.ctx.config.quantize.precision, "backend": cfg.backend, "tolerance": tol.to_json(),
             "chosen": chosen.name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
+            "search": {k: v for k, v in search.to_json().items() if k != "candidates"},
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime"},
@@ -220,6 +210,99 @@ class BuildCpuStage(Stage):
         accuracy = dict(chosen.accuracy or {})
         accuracy["reference"] = "fp32-onnx"
         return StageResult(out, details, accuracy=accuracy)
+
+    def _search(self, cands: list[Candidate], artifact: Artifact, workdir: Path, calib: SampleSet | None,
+                ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact) -> tuple[Any, dict[str, Any]]:
+        """Build, check and measure the candidates through optcli/search (fast or thorough); fills each
+        candidate's build, accuracy, latency and search record. Returns (the search result, measurement)."""
+        from optcli.cpu.measure import time_block
+        from optcli.search.priors import predict
+        from optcli.search.search import Search
+
+        reference, names, tol = judge
+        threads = self.ctx.config.bench.threads
+        todo = {c.name: c for c in cands if not c.skip}
+        features = self._features(float_art)
+        batch = self.ctx.config.bench.batch
+        sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
+        arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
+                                                                        int_high=self.ctx.int_high)
+        runners: dict[str, Any] = {}
+        feeds: dict[str, Any] = {}
+
+        def build(name: str) -> Candidate | None:
+            cand = todo[name]
+            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+            t0 = time.perf_counter()
+            if not self._guard(cand, lambda: self._build(cand, artifact, folder, calib, cands)):
+                return None
+            cand.build["seconds"] = round(time.perf_counter() - t0, 3)
+            return cand
+
+        def passes(cand: Candidate) -> bool | None:
+            if not self._guard(cand, lambda: self._evaluate(cand, reference, names, ev, tol, threads)):
+                return None
+            return cand.failure is None
+
+        def measure(cand: Candidate) -> list[float]:
+            if cand.name not in runners:
+                runners[cand.name] = self._open(cand, threads)
+                feeds[cand.name] = runners[cand.name].normalize(arrays)
+            return time_block(runners[cand.name], feeds[cand.name], cfg.calls_per_round, cfg.block_ms, cfg.switch_ms)
+
+        search = Search(cfg.search, min_rounds=cfg.min_rounds, min_seconds=cfg.min_seconds,
+                        max_seconds=cfg.max_seconds, deadline=self.ctx.facts.get("deadline"))
+        try:
+            result = search.run(list(todo), build, passes, measure,
+                                {n: predict(features, f"{c.backend}:{c.recipe}") for n, c in todo.items()},
+                                free={n for n, c in todo.items() if c.recipe == "input"})
+        finally:
+            for r in runners.values():
+                r.close()
+        for e in result.entries:
+            cand = todo[e.name]
+            cand.search = {k: v for k, v in e.to_json().items() if k not in ("name", "status")}
+            if e.status == "not built":
+                cand.search.pop("reason", None)  # it is the candidate's reason
+                cand.skip = f"not built ({cfg.search} search): {e.reason}"
+            if e.samples:
+                stats = stats_from_samples(e.samples, batch, runners[e.name].backend,
+                                           getattr(runners[e.name], "settings", {})).to_json()
+                cand.latency = {k: stats[k] for k in ("p50", "p90", "mean", "min", "cv", "runs")}
+                cand.latency["p50_ci"] = [round(v, 4) for v in median_ci(e.samples)]
+        measured = result.measured()
+        timing = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round, "block_ms": cfg.block_ms,
+                  "switch_ms": cfg.switch_ms, "seconds": round(result.measure_seconds, 2), "batch": batch,
+                  "order": [e.name for e in measured], "inputs": "evaluation samples" if sample is not None
+                  else "random inputs", "features": features.to_json()}
+        return result, timing
+
+    @staticmethod
+    def _guard(cand: Candidate, work: Any) -> bool:
+        """Run one phase of a candidate; its failure is this candidate's failure (the others still compete)."""
+        try:
+            work()
+            return True
+        except OptcliError as exc:
+            cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
+        except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
+            # NNCF's) is this candidate's failure: the others still compete
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
+        cand.accuracy = None
+        return False
+
+    def _features(self, float_art: Artifact) -> Any:
+        """What the priors condition on: precision, model kind, size, and the CPU's INT8 instructions."""
+        from optcli.quantize.flavour import u8s8_saturates
+        from optcli.search.priors import SMALL_BYTES, Features, model_kind
+
+        ops = op_histogram(load_onnx(float_art.path, load_weights=False))
+        weights = float_art.size_bytes + sum((float_art.path.parent / f).stat().st_size
+                                             for f in float_art.meta.get("external_data", []))
+        size = "small" if weights < SMALL_BYTES else "large"
+        return Features(self.ctx.config.quantize.precision, model_kind(ops, looks_like_encoder(ops)), size,
+                        "plain" if u8s8_saturates() else "vnni")
 
     def _build(self, cand: Candidate, artifact: Artifact, folder: Path, calib: SampleSet | None,
                cands: list[Candidate]) -> None:
@@ -313,35 +396,6 @@ class BuildCpuStage(Stage):
 
         fmt = "openvino" if cand.backend == OV else "onnx"
         return open_runner(cand.path, fmt, threads=threads, **cand.runner_options)
-
-    def _measure(self, cands: list[Candidate], ev: SampleSet, cfg: CpuConfig, threads: int | None) -> dict[str, Any]:
-        """One interleaved run over every candidate that ran (those that missed the tolerance too:
-        the report shows what they would have cost)."""
-        from optcli.cpu.measure import interleaved
-
-        ran = [c for c in cands if c.accuracy is not None]
-        if not ran:
-            return {"rounds": 0}
-        batch = self.ctx.config.bench.batch
-        sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
-        runners: dict[str, Any] = {}
-        try:
-            for c in ran:
-                runners[c.name] = self._open(c, threads)
-            arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
-                                                                            int_high=self.ctx.int_high)
-            feeds = {name: r.normalize(arrays) for name, r in runners.items()}
-            stats, info = interleaved(runners, feeds, batch=batch, min_rounds=cfg.min_rounds,
-                                      calls_per_round=cfg.calls_per_round, min_seconds=cfg.min_seconds,
-                                      block_ms=cfg.block_ms, switch_ms=cfg.switch_ms,
-                                      max_seconds=cfg.max_seconds, contenders=[c.name for c in ran if c.passed])
-        finally:
-            for r in runners.values():
-                r.close()
-        for c in ran:
-            c.latency = {k: stats[c.name][k] for k in ("p50", "p90", "mean", "min", "cv", "runs", "p50_ci")}
-        info["inputs"] = "evaluation samples" if sample is not None else "random inputs"
-        return info
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
         """Put the chosen model at the stage folder's top level (model.xml + model.bin, or model.onnx)."""
