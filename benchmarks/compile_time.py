@@ -57,7 +57,7 @@ def compile_once(name: str, search: str, out: Path, model: str | None = None) ->
         row.update(chosen=d.get("chosen"), why=d.get("why"), cosine=(build.accuracy or {}).get("cosine_mean"),
                    artifact=str(out / report.final["artifact"]), format=report.final["format"],
                    runner_options=report.final.get("runner_options") or {},
-                   export=str(out / report.stage("export").artifact),
+                   export=str(out / report.stage("export").artifact) if report.stage("export").artifact else None,
                    candidates={c["name"]: {"status": c["status"], **((c.get("search") or {}).get("seconds") or {})}
                                for c in d["candidates"]})
     else:
@@ -143,7 +143,7 @@ def bench(name: str, out: Path, reps: int, rounds: int) -> dict[str, Any]:
         # The .pt2 compile first (the peer starts from its exported ONNX), then the peer and the two
         # searches from that ONNX, rotated per repeat.
         run: dict[str, Any] = {"fast from .pt2": compile_once(name, "fast", out / name / f"pt2-fast-{rep}")}
-        export = run["fast from .pt2"].get("export")
+        export = run["fast from .pt2"].get("export")  # None: the compile failed
         if not export:
             result["runs"].append(run)
             continue

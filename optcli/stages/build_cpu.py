@@ -17,7 +17,6 @@ import dataclasses
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,10 @@ from optcli.calibration.dataset import SampleSet
 from optcli.cpu.candidates import OV, Candidate, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config, installed
 from optcli.environment import cpu_name, package_version
-from optcli.errors import OptcliError, StageError, UsageError
+from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.latency import median_ci, stats_from_samples
 from optcli.tensor_spec import random_inputs
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
@@ -213,96 +211,68 @@ class BuildCpuStage(Stage):
 
     def _search(self, cands: list[Candidate], artifact: Artifact, workdir: Path, calib: SampleSet | None,
                 ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact) -> tuple[Any, dict[str, Any]]:
-        """Build, check and measure the candidates through optcli/search (fast or thorough); fills each
-        candidate's build, accuracy, latency and search record. Returns (the search result, measurement)."""
-        from optcli.cpu.measure import time_block
-        from optcli.search.priors import predict
-        from optcli.search.search import Search
+        """Build, check and measure the candidates through optcli/search (fast or thorough)."""
+        from optcli.cpu.search_run import features, search_candidates
+        from optcli.quantize.flavour import u8s8_saturates
 
         reference, names, tol = judge
         threads = self.ctx.config.bench.threads
-        todo = {c.name: c for c in cands if not c.skip}
-        features = self._features(float_art)
         batch = self.ctx.config.bench.batch
         sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
         arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
                                                                         int_high=self.ctx.int_high)
-        runners: dict[str, Any] = {}
-        feeds: dict[str, Any] = {}
-
-        def build(name: str) -> Candidate | None:
-            cand = todo[name]
-            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-            t0 = time.perf_counter()
-            if not self._guard(cand, lambda: self._build(cand, artifact, folder, calib, cands)):
-                return None
-            cand.build["seconds"] = round(time.perf_counter() - t0, 3)
-            return cand
-
-        def passes(cand: Candidate) -> bool | None:
-            if not self._guard(cand, lambda: self._evaluate(cand, reference, names, ev, tol, threads)):
-                return None
-            return cand.failure is None
-
-        def measure(cand: Candidate) -> list[float]:
-            if cand.name not in runners:
-                runners[cand.name] = self._open(cand, threads)
-                feeds[cand.name] = runners[cand.name].normalize(arrays)
-            return time_block(runners[cand.name], feeds[cand.name], cfg.calls_per_round, cfg.block_ms, cfg.switch_ms)
-
-        search = Search(cfg.search, min_rounds=cfg.min_rounds, min_seconds=cfg.min_seconds,
-                        max_seconds=cfg.max_seconds, deadline=self.ctx.facts.get("deadline"))
-        try:
-            result = search.run(list(todo), build, passes, measure,
-                                {n: predict(features, f"{c.backend}:{c.recipe}") for n, c in todo.items()},
-                                free={n for n, c in todo.items() if c.recipe == "input"})
-        finally:
-            for r in runners.values():
-                r.close()
-        for e in result.entries:
-            cand = todo[e.name]
-            cand.search = {k: v for k, v in e.to_json().items() if k not in ("name", "status")}
-            if e.status == "not built":
-                cand.search.pop("reason", None)  # it is the candidate's reason
-                cand.skip = f"not built ({cfg.search} search): {e.reason}"
-            if e.samples:
-                stats = stats_from_samples(e.samples, batch, runners[e.name].backend,
-                                           getattr(runners[e.name], "settings", {})).to_json()
-                cand.latency = {k: stats[k] for k in ("p50", "p90", "mean", "min", "cv", "runs")}
-                cand.latency["p50_ci"] = [round(v, 4) for v in median_ci(e.samples)]
-        measured = result.measured()
-        timing = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round, "block_ms": cfg.block_ms,
-                  "switch_ms": cfg.switch_ms, "seconds": round(result.measure_seconds, 2), "batch": batch,
-                  "order": [e.name for e in measured], "inputs": "evaluation samples" if sample is not None
-                  else "random inputs", "features": features.to_json()}
-        return result, timing
-
-    @staticmethod
-    def _guard(cand: Candidate, work: Any) -> bool:
-        """Run one phase of a candidate; its failure is this candidate's failure (the others still compete)."""
-        try:
-            work()
-            return True
-        except OptcliError as exc:
-            cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
-        except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
-            # NNCF's) is this candidate's failure: the others still compete
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
-        cand.accuracy = None
-        return False
-
-    def _features(self, float_art: Artifact) -> Any:
-        """What the priors condition on: precision, model kind, size, and the CPU's INT8 instructions."""
-        from optcli.quantize.flavour import u8s8_saturates
-        from optcli.search.priors import SMALL_BYTES, Features, model_kind
-
         ops = op_histogram(load_onnx(float_art.path, load_weights=False))
         weights = float_art.size_bytes + sum((float_art.path.parent / f).stat().st_size
                                              for f in float_art.meta.get("external_data", []))
-        size = "small" if weights < SMALL_BYTES else "large"
-        return Features(self.ctx.config.quantize.precision, model_kind(ops, looks_like_encoder(ops)), size,
-                        "plain" if u8s8_saturates() else "vnni")
+        feats = features(self.ctx.config.quantize.precision, ops, looks_like_encoder(ops), weights, u8s8_saturates())
+
+        def folder(cand: Candidate) -> Path:
+            return workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
+
+        result, timing = search_candidates(
+            cands, build=lambda c: self._build_cached(c, artifact, folder(c), (calib, ev), cands),
+            check=lambda c: self._evaluate(c, reference, names, ev, tol, threads),
+            open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
+            deadline=self.ctx.facts.get("deadline"))
+        timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
+        return result, timing
+
+    def _build_cached(self, cand: Candidate, artifact: Artifact, folder: Path, data: tuple, cands: list[Candidate]) -> None:
+        """_build, or the same candidate from the candidate cache (optcli/cpu/candidate_cache.py)."""
+        from optcli.cpu import candidate_cache
+
+        calib, ev = data
+        if cand.recipe == "input":
+            self._build(cand, artifact, folder, calib, cands)
+            return
+        cache_dir = self.ctx.out_dir / candidate_cache.FOLDER
+        key = candidate_cache.candidate_key(self._build_inputs(cand, artifact, calib, ev, cands))
+        hit = None if self.ctx.config.force else candidate_cache.load(cache_dir, key, folder)
+        if hit is not None:
+            cand.path, build = hit
+            cand.build = {**build, "cache": "hit"}
+            hint = build.get("inference_precision", "f32")
+            cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
+            return
+        self._build(cand, artifact, folder, calib, cands)
+        if cand.path is not None:
+            candidate_cache.store(cache_dir, key, cand.path, cand.build)
+
+    def _build_inputs(self, cand: Candidate, artifact: Artifact, calib: SampleSet | None, ev: SampleSet,
+                      cands: list[Candidate]) -> dict[str, Any]:
+        """Everything a candidate's build depends on: the cache key hashes it."""
+        q = {k: v for k, v in config_dict(self.ctx.config.quantize).items() if k not in ("calib", "eval")}
+        inputs: dict[str, Any] = {
+            "candidate": [cand.name, cand.backend, cand.precision, cand.recipe], "input": artifact.sha256,
+            "openvino_source": self._openvino_source(artifact).sha256, "quantize": q,
+            "calib": calib.digest() if calib is not None else None, "eval": ev.digest(),
+            "tolerance": self.tolerance().to_json(), "hint": OV_HINTS.get(cand.precision) or self._int8_remainder(),
+            "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")}}
+        if cand.precision == "int8":
+            inputs["quantize_source"] = self._quantize_source(artifact).sha256
+        if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
+            inputs["fallback"] = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
+        return inputs
 
     def _build(self, cand: Candidate, artifact: Artifact, folder: Path, calib: SampleSet | None,
                cands: list[Candidate]) -> None:
