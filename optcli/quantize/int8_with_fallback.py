@@ -46,9 +46,11 @@ def _brief(acc: dict[str, Any]) -> dict[str, Any]:
     return {k: round(acc[k], 6) for k in keys if k in acc}
 
 
-def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
-                  stage_name: str = "quantize-int8") -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
-    """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy)."""
+def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = "quantize-int8",
+                  defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
+    """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
+    `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
+    candidates go first and it runs this fallback only if none of them meets the tolerance."""
     from optcli.tensorrt.preflight import require_clean
 
     q = ctx.config.quantize
@@ -77,7 +79,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
     fallback = None
     excluded: list[str] = []
     float_nodes: set[str] = set()
-    if failure is not None and q.fallback and units:
+    deferred = failure is not None and q.fallback and bool(units) and defer_fallback
+    if failure is not None and q.fallback and units and not deferred:
         latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
         result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
         excluded = sorted(result.best.excluded)
@@ -102,6 +105,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
             final_acc["fallback_closest"] = closest_summary(fallback)
             if _cpu_candidates_follow(ctx):
                 final_acc["gate_deferred_to"] = "build-cpu"
+    if deferred:
+        final_acc["gate_deferred_to"] = "build-cpu"
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
@@ -110,13 +115,17 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
+               **({"fallback_deferred": "to build-cpu: its other INT8 candidates go first; it runs this fallback "
+                                        "only if none meets the tolerance (--search fast; thorough runs it here)"}
+                  if deferred else {}),
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
     if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, "onnx", precision="int8", stage=stage_name, parent=artifact.sha256,
-                     meta={"flavour": f"int8-{flavour.name}"}), details, final_acc)
+                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {})}),
+            details, final_acc)
 
 
 def user_excludes(ctx: Any, model: Any) -> list[str]:
@@ -133,6 +142,14 @@ def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
     return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]
+
+
+def fallback_deferred(ctx: Any) -> bool:
+    """Whether the INT8 stage leaves its fallback search to build-cpu: with the fast search, where other
+    INT8 candidates follow. On MiniLM (no VNNI) the fallback took 195 s and NNCF's candidate passed."""
+    from optcli.cpu.options import cpu_config
+
+    return _cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
 
 
 def _cpu_candidates_follow(ctx: Any) -> bool:

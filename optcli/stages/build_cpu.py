@@ -23,7 +23,7 @@ from typing import Any
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact, sha256_file
 from optcli.calibration.dataset import SampleSet
-from optcli.cpu.candidates import OV, Candidate, choose, plan
+from optcli.cpu.candidates import ORT, OV, Candidate, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config, installed
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
@@ -182,6 +182,12 @@ class BuildCpuStage(Stage):
         calib, ev = self._data(specs)
         reference, names = reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev)
         search, timing = self._search(cands, artifact, workdir, calib, ev, (reference, names, tol), cfg, float_art)
+        if artifact.meta.get("fallback_deferred") and not any(c.passed for c in cands):
+            # The INT8 stage left its fallback search to us: the last resort, now that nothing else passed.
+            last = Candidate(f"{cands[0].name} (fallback)", ORT, "int8", "fallback")
+            cands.append(last)
+            _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, (reference, names, tol), cfg,
+                                                 float_art)
         chosen, why = choose(cands)
         if chosen is None:
             ran = [c for c in cands if c.accuracy is not None]
@@ -263,13 +269,13 @@ class BuildCpuStage(Stage):
         """Everything a candidate's build depends on: the cache key hashes it."""
         q = {k: v for k, v in config_dict(self.ctx.config.quantize).items() if k not in ("calib", "eval")}
         inputs: dict[str, Any] = {
-            "candidate": [cand.name, cand.backend, cand.precision, cand.recipe], "input": artifact.sha256,
-            "openvino_source": self._openvino_source(artifact).sha256, "quantize": q,
+            # every graph the stages made (a recipe may start from any: the exporter's, the fused one); the
+            # user's own file shows through them, and hashing a large .pt2 again costs seconds
+            "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
+            "lineage": [a.sha256 for a in self._lineage(artifact) if a.stage and a.path.is_file()], "quantize": q,
             "calib": calib.digest() if calib is not None else None, "eval": ev.digest(),
             "tolerance": self.tolerance().to_json(), "hint": OV_HINTS.get(cand.precision) or self._int8_remainder(),
             "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")}}
-        if cand.precision == "int8":
-            inputs["quantize_source"] = self._quantize_source(artifact).sha256
         if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
             inputs["fallback"] = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
         return inputs
@@ -283,6 +289,9 @@ class BuildCpuStage(Stage):
             cand.path = artifact.path
             cand.runner_options = dict(artifact.meta.get("runner_options", {}))
             cand.build = {"from": "the input artifact", "flavour": artifact.meta.get("flavour")}
+            return
+        if cand.recipe == "fallback":
+            cand.path, cand.build = self._int8_fallback(self._float_onnx(artifact), folder)
             return
         hint = OV_HINTS.get(cand.precision) or self._int8_remainder()
         if cand.recipe == "convert":
@@ -305,6 +314,18 @@ class BuildCpuStage(Stage):
             raise StageError(f"unknown candidate recipe {cand.recipe!r}")
         cand.build["inference_precision"] = hint
         cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
+
+    def _int8_fallback(self, float_art: Artifact, folder: Path) -> tuple[Path, dict[str, Any]]:
+        """The quantize stage's INT8 (same flavour, data and ranges) with its fallback search run here."""
+        from optcli.quantize.int8_with_fallback import quantize_int8
+
+        folder.mkdir(parents=True, exist_ok=True)
+        a = self.ctx.config.accuracy
+        made, details, _ = quantize_int8(self.ctx, float_art, folder, effective("int8", a.cosine, a.max_abs, a.top1),
+                                         self.name)
+        fb = details.get("fallback") or {}
+        return made.path, {"from": float_art.path.name, "flavour": made.meta.get("flavour"),
+                           "fallback_excluded": fb.get("excluded_nodes", []), "fallback_seconds": fb.get("seconds")}
 
     def _excluded_nodes(self, named: Path) -> list[str]:
         """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
@@ -378,6 +399,10 @@ class BuildCpuStage(Stage):
             return Artifact(workdir / chosen.path.name, "openvino", precision=chosen.precision, stage=self.name,
                             parent=artifact.sha256, backend="openvino", meta=meta)
         target = workdir / "model.onnx"
+        if chosen.path != artifact.path:  # built here (the deferred INT8 fallback)
+            shutil.move(str(chosen.path), str(target))
+            return Artifact(target, "onnx", precision=chosen.precision, stage=self.name, parent=artifact.sha256,
+                            backend="onnxruntime", meta={**meta, "flavour": chosen.build.get("flavour")})
         _link_or_copy(artifact.path, target)
         for extra in artifact.meta.get("external_data", []):
             _link_or_copy(artifact.path.parent / extra, workdir / extra)

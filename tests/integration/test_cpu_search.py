@@ -84,3 +84,20 @@ def test_time_budget_stops_at_the_best_so_far_and_says_so(tmp_path: Path, capsys
     assert any("time budget ran out" in c.get("reason", "") for c in st.details["candidates"])
     assert "time budget" in out and "--time-budget" in out
     assert r.config["time_budget"] == 0.001
+
+
+@needs_openvino
+@pytest.mark.slow
+def test_a_thorough_search_after_a_fast_one_reuses_the_candidates_it_built(tmp_path: Path) -> None:
+    model = mlp_onnx(tmp_path / "mlp.onnx")
+    fast = api.compile(model, out=tmp_path / "o", target="cpu", bench=False, check=False, cpu=dict(QUICK))
+    built = {c["name"] for c in fast.stage("build-cpu").details["candidates"]
+             if c["status"] == "passed" and c["recipe"] != "input"}
+    assert built  # an OpenVINO IR was built (no prior rules it out for a small MLP)
+    thorough = api.compile(model, out=tmp_path / "o", target="cpu", bench=False, check=False, search="thorough",
+                           cpu=dict(QUICK))
+    st = thorough.stage("build-cpu")
+    assert st.status == "ok" and st.details["search"]["mode"] == "thorough"  # the stage ran again...
+    cands = {c["name"]: c for c in st.details["candidates"]}
+    for name in built:  # ...but did not rebuild what the fast search had built
+        assert cands[name]["build"]["cache"] == "hit"
