@@ -124,8 +124,16 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, "onnx", precision="int8", stage=stage_name, parent=artifact.sha256,
-                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {})}),
+                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),
+                           "accuracy": judged(final_acc, artifact.sha256, ev)}),
             details, final_acc)
+
+
+def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:
+    """The accuracy an artifact was judged at, and against what (the FP32 model, the held-out data): build-cpu
+    reuses it for the same artifact instead of running the held-out set again."""
+    kept = {k: v for k, v in accuracy.items() if k not in ("reference", "fallback_closest", "gate_deferred_to")}
+    return {**kept, "judged": {"reference": reference_sha, "eval": ev.digest()}}
 
 
 def user_excludes(ctx: Any, model: Any) -> list[str]:

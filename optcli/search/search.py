@@ -136,7 +136,9 @@ class Search:
             ran = [e for e in entries if e.status in ("passed", "rejected")]
             self._race(ran, [e for e in ran if e.status == "passed"], measure, result)
         elif pool and not any(e.samples for e in pool):
-            self._race(pool, [], measure, result)  # a lone candidate: measured for the report
+            # A lone candidate: nothing to compare it with; one round gives the report its latency (the
+            # pipeline measures the final artifact again as deployed).
+            self._race(pool, [], measure, result, min_rounds=1)
         return result
 
     # -- deciding ----------------------------------------------------------------------------
@@ -179,7 +181,7 @@ class Search:
 
     # -- measuring ---------------------------------------------------------------------------
     def _race(self, live: list[Entry], contenders: list[Entry], measure: Callable[[Any], list[float]],
-              result: SearchResult) -> None:
+              result: SearchResult, min_rounds: int | None = None) -> None:
         """Alternating blocks over `live` until the stop rule of the mode (elimination in fast)."""
         live = [e for e in live if not e.eliminated]
         if not live:
@@ -195,21 +197,23 @@ class Search:
                 e.measure_seconds += self.clock() - t0
             rounds += 1
             result.rounds += 1
-            if self._race_done(live, contenders, rounds, start, result):
+            if self._race_done(live, contenders, rounds, start, result, min_rounds or self.min_rounds):
                 break
         result.measure_seconds += self.clock() - start
 
     def _race_done(self, live: list[Entry], contenders: list[Entry], rounds: int, start: float,
-                   result: SearchResult) -> bool:
+                   result: SearchResult, min_rounds: int) -> bool:
         spent = self.clock() - self._measure_start if self._measure_start is not None else 0.0
         if self._over_time():
             if len(live) > 1:
                 result.degraded = result.degraded or "the time budget ran out while measuring: chose on the samples so far"
             return True
+        if self.mode == "fast" and len(live) == 1 and rounds >= min_rounds:
+            return True
         if rounds >= 2 and spent >= self.max_seconds:
             result.notes.append(f"measuring stopped at max_seconds ({self.max_seconds:g} s) before the leader was clear")
             return True
-        if rounds < self.min_rounds:
+        if rounds < min_rounds:
             return False
         if self.mode == "thorough":
             return self.clock() - start >= self.min_seconds and _separated(contenders)
