@@ -12,7 +12,8 @@ fast: free candidates first, then the rest in the order of their predicted laten
 evidence had less accurate counts one tie band slower, since a tie goes to the more accurate one).
 One is built when no leader exists yet (nothing within tolerance so far), when it is free (already
 built: measuring it confirms or refutes the prediction), or when, at the optimistic end of its
-prediction, it beats the leader by more than the tie band. Passing candidates are measured in
+prediction, it beats the leader by more than the tie band (or, where the evidence has it more
+accurate than the leader, ties it: a tie goes to the more accurate). Passing candidates are measured in
 alternating blocks; after `min_rounds` rounds one clearly behind the leader stops being measured, and
 measuring stops when the rest are settled (elimination.py), or at `max_seconds`.
 thorough: every candidate built in the given order; all that ran (passing or not) measured in
@@ -152,13 +153,18 @@ class Search:
         if self.mode == "thorough" or not pool or e.free:
             return None
         lead = self._leader(pool)
-        optimistic = e.effective_ratio(self.tie_band) * (1 - e.prediction.spread)
-        bar = lead.effective_ratio(self.tie_band) * (1 - self.tie_band)
-        if optimistic < bar:
+        optimistic = e.prediction.ratio * (1 - e.prediction.spread)
+        if lead.prediction.less_accurate and not e.prediction.less_accurate:
+            # The evidence has it more accurate than the leader: a tie would go to it.
+            if optimistic < lead.prediction.ratio * (1 + self.tie_band):
+                return None
+            return (f"predicted {e.prediction.ratio:.2f}x (+-{e.prediction.spread:.0%}) the winner's latency, "
+                    f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot even tie {lead.name}")
+        if optimistic < lead.prediction.ratio * (1 - self.tie_band):
             return None
         return (f"predicted {e.prediction.ratio:.2f}x (+-{e.prediction.spread:.0%}) the winner's latency, "
                 f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot beat {lead.name} by more than "
-                f"the tie band ({self.tie_band:.0%})")
+                f"the tie band ({self.tie_band:.0%}), and a tie would not go to it")
 
     def _leader(self, pool: list[Entry]) -> Entry:
         measured = [e for e in pool if e.samples]

@@ -94,6 +94,16 @@ def test_a_rejected_leader_makes_the_next_candidate_worth_building() -> None:
     assert r.entry("b").status == "not built"
 
 
+def test_a_more_accurate_candidate_is_built_where_it_could_tie_a_less_accurate_leader() -> None:
+    preds = {"fast_but_lossy": Prediction(0.95, 0.05, "wins on speed, loses accuracy", less_accurate=True),
+             "accurate": Prediction(1.0, 0.05, "the accurate one"), "slow": Prediction(1.3, 0.05, "slow")}
+    bench = Bench({"fast_but_lossy": 9.5, "accurate": 10.0, "slow": 13.0})
+    r = Search("fast", clock=bench.clock).run(list(preds), bench.build, bench.passes, bench.measure, preds,
+                                              free={"fast_but_lossy"})
+    assert bench.built == ["fast_but_lossy", "accurate"]
+    assert "cannot even tie" in r.entry("slow").reason
+
+
 def test_ties_within_the_band_stop_measuring_without_a_winner_on_speed() -> None:
     flat = {k: Prediction(1.0, 0.5, "unknown") for k in "ab"}
     bench = Bench({"a": 10.0, "b": 10.05})
@@ -163,6 +173,8 @@ def test_the_most_specific_prior_applies_and_cites_its_evidence() -> None:
 
 
 def test_priors_measured_with_vnni_are_less_certain_without_it() -> None:
-    vnni = predict(Features("int8", "encoder", "large", "vnni"), NNCF)
-    plain = predict(Features("int8", "encoder", "large", "plain"), NNCF)
+    vnni = predict(Features("int8", "conv", "large", "vnni"), NNCF)
+    plain = predict(Features("int8", "conv", "large", "plain"), NNCF)
     assert plain.ratio == vnni.ratio and plain.spread == 2 * vnni.spread
+    # where this CPU has its own evidence, that row applies as measured
+    assert "AVX2" in predict(Features("int8", "encoder", "large", "plain"), NNCF).evidence
