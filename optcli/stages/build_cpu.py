@@ -248,7 +248,7 @@ class BuildCpuStage(Stage):
         from optcli.cpu import candidate_cache
 
         calib, ev = data
-        if cand.recipe == "input":
+        if cand.backend != OV:  # the input as it is, or the deferred fallback: nothing worth caching
             self._build(cand, artifact, folder, calib, cands)
             return
         cache_dir = self.ctx.out_dir / candidate_cache.FOLDER
