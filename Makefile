@@ -21,8 +21,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples]"
 	touch $@
 
+# The serve extra's Triton binary (tests/integration/test_serve.py) without the wheel's numpy<2 pin, which
+# is for PyTriton's Python package (never imported): the suite keeps the numpy it runs everywhere else.
+# `-`: the wheel exists for Linux x86_64 (glibc 2.35+) only; elsewhere the serve tests skip with a reason.
+SERVE_WHEEL := nvidia-pytriton==0.7.0
+
 $(VENV)/.dev-installed: $(VENV)/.installed
 	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples,test]" "$(TORCH)"
+	-$(PIP) --no-deps "$(SERVE_WHEEL)"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -83,11 +83,11 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
     """{label: runner factory}, facts about each, and the PyTorch model (inputs, int ranges)."""
     import openvino as ov
 
-    from optcli.model_source import detect, load_torch
+    from optcli.backends.torch.loader import detect, load_torch
     from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
-    from optcli.runtime.openvino_runner import OpenVINORunner
-    from optcli.runtime.torch_runner import TorchRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.backends.openvino.runner import OpenVINORunner
+    from optcli.backends.torch.runner import TorchRunner
 
     model, data = MODELS[name]
     folder = out / name

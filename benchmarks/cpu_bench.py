@@ -23,9 +23,9 @@ SAMPLES = {
 
 def _runners(name: str, model: str, calib: str, evald: str | None, out: Path) -> dict:
     import optcli
-    from optcli.model_source import detect, load_torch
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
-    from optcli.runtime.torch_runner import TorchRunner
+    from optcli.backends.torch.loader import detect, load_torch
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.backends.torch.runner import TorchRunner
 
     variants = {}
     reports = {}

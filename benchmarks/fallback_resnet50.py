@@ -62,7 +62,7 @@ def measure(run: Path, fb: dict, flavour: str) -> None:
     from optcli.cpu.measure import interleaved
     from optcli.quantize.flavour import TABLE
     from optcli.quantize.int8 import name_nodes, quantize
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     fp32 = next(run.glob("*-fuse/model.onnx"))
     named, plain = run / "bench-fp32-named.onnx", run / "bench-int8-plain.onnx"

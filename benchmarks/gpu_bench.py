@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optcli.tensorrt.probe import tensorrt_status  # noqa: E402
+from optcli.backends.tensorrt.probe import tensorrt_status  # noqa: E402
 
 
 def refuse_unless_gpu() -> Any:
@@ -159,10 +159,10 @@ def build(trt: Any, onnx_path: Path, batch_max: int, machine: Any, work: Path) -
     import onnx
 
     from optcli.onnx_model import io_specs
-    from optcli.tensorrt.builder import obtain_engine
-    from optcli.tensorrt.options import TensorRTConfig
-    from optcli.tensorrt.preflight import require_clean
-    from optcli.tensorrt.profiles import build_profiles
+    from optcli.backends.tensorrt.builder import obtain_engine
+    from optcli.backends.tensorrt.options import TensorRTConfig
+    from optcli.backends.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.profiles import build_profiles
 
     require_clean(onnx_path, f"{onnx_path.name}")  # what the parser would refuse, said by node, before building
     cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=work / f"{onnx_path.stem}.timing")
@@ -194,7 +194,7 @@ def engine_row(runner_cls: Any, engine: Path, x: np.ndarray, args: Any) -> tuple
 def dry_run_modules() -> tuple[Any, Any]:
     """The TensorRT double and the torch.cuda stand-in, wired into optcli's runner (--dry-run)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "contract"))
-    import optcli.runtime.tensorrt_runner as runner_module
+    import optcli.backends.tensorrt.runner as runner_module
     from fake_cuda import TorchShim  # type: ignore[import-not-found]
     from fake_tensorrt import make_tensorrt  # type: ignore[import-not-found]
 
@@ -213,7 +213,7 @@ def emit(row: str, rows: list[str]) -> None:
 
 def bench_model(name: str, model: Any, sample: tuple[int, ...], trt: Any, torch: Any, machine: Any, work: Path,
                 args: Any, rows: list[str]) -> None:
-    from optcli.runtime.tensorrt_runner import TensorRTRunner
+    from optcli.backends.tensorrt.runner import TensorRTRunner
 
     cuda = not args.dry_run
     device = "cuda" if cuda else "cpu"
@@ -276,7 +276,7 @@ def main() -> None:
 
     import torch
 
-    from optcli.tensorrt.builder import Machine
+    from optcli.backends.tensorrt.builder import Machine
 
     machine = Machine(str(trt.__version__), status.gpu, status.compute_capability, status.torch_cuda)
     note = "DRY RUN (TensorRT double, CPU torch): the figures are meaningless. " if args.dry_run else ""

@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "contract")]
 def install_doubles(cache: Path) -> None:
     import os
 
-    import optcli.runtime.tensorrt_runner as runner_module
+    import optcli.backends.tensorrt.runner as runner_module
     import optcli.stages.build_tensorrt as stage_module
-    import optcli.tensorrt.probe as probe
+    import optcli.backends.tensorrt.probe as probe
     from fake_cuda import TorchShim  # type: ignore[import-not-found]
     from fake_tensorrt import make_tensorrt  # type: ignore[import-not-found]
 
@@ -77,7 +77,7 @@ def main() -> None:
     import torch
 
     from optcli import api
-    from optcli.tensorrt.preflight import check_file
+    from optcli.backends.tensorrt.preflight import check_file
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory(prefix="optcli-preflight-") as tmp:

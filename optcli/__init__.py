@@ -13,7 +13,7 @@ from typing import Any
 
 from optcli.version import __version__
 
-_API = ("compile", "load", "bench", "profile", "compare", "export_triton", "debug_int8")
+_API = ("compile", "load", "bench", "profile", "compare", "export_triton", "debug_int8", "serve")
 
 
 def __getattr__(name: str) -> Any:

@@ -35,15 +35,37 @@ def looks_like_class_scores(arr: np.ndarray) -> bool:
     return arr.ndim == 2 and arr.shape[1] >= 2 and np.issubdtype(arr.dtype, np.floating)
 
 
+def sequence_mask(feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The attention mask among a model's inputs (an input named *mask*, batch x sequence, of 0/1
+    values) as a bool array, or None: which positions of a padded batch hold tokens."""
+    named = sorted((k for k, v in feeds.items() if "mask" in k.lower() and np.ndim(v) == 2),
+                   key=lambda k: k != "attention_mask")
+    for key in named:
+        mask = np.asarray(feeds[key])
+        if mask.size and np.isin(mask, (0, 1)).all():
+            return mask != 0
+    return None
+
+
+def _valid_only(arr: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    """An output with a sequence axis (batch x sequence x ..., as the mask) with its padded positions
+    zeroed: what a model computes there is not a result (optcli's unpad rewrite writes 0 there)."""
+    if valid is None or arr.ndim < 2 or arr.shape[:2] != valid.shape:
+        return arr
+    return np.where(valid.reshape(valid.shape + (1,) * (arr.ndim - 2)), arr, 0.0)
+
+
 def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], names: list[str],
-                    labels: np.ndarray | None = None) -> dict[str, Any]:
-    """Per-output and worst-case accuracy figures; outputs are paired with the reference by position."""
+                    labels: np.ndarray | None = None, valid: np.ndarray | None = None) -> dict[str, Any]:
+    """Per-output and worst-case accuracy figures; outputs are paired with the reference by position.
+    `valid` (batch x sequence, from sequence_mask) restricts outputs with a sequence axis to the
+    positions that hold tokens."""
     if len(reference) != len(outputs):
         raise ValueError(f"{len(outputs)} outputs but the reference has {len(reference)}")
     per_output: dict[str, Any] = {}
     for name, ref, got in zip(names, reference, outputs):
-        ref64 = np.asarray(ref, dtype=np.float64)
-        got64 = np.asarray(got, dtype=np.float64)
+        ref64 = _valid_only(np.asarray(ref, dtype=np.float64), valid)
+        got64 = _valid_only(np.asarray(got, dtype=np.float64), valid)
         if ref64.shape != got64.shape:
             raise ValueError(f"output {name!r}: shape {got64.shape} but the reference has {ref64.shape}")
         finite = bool(np.isfinite(got64).all())

@@ -36,35 +36,23 @@ def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
 
 
 def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
-    """Set `name=value` on whichever stage config has a field of that name."""
-    from optcli.errors import UsageError
+    """Set `name=value` through set_option: a field name of a section (opset=17), "section.field" spelt
+    with a dict (tensorrt={"workspace": "4G"}), an alias (backend="openvino"), and a few switches."""
+    from optcli.config import SECTIONS, set_option
 
-    sections = [config.export, config.simplify, config.fuse, config.bench, config.accuracy, config.quantize]
     for key, value in options.items():
         if key in ("bench", "simplify", "fuse") and isinstance(value, bool):  # bench=False: no latency
-            getattr(config, key).enabled = value
-            continue
-        if key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
+            set_option(config, f"{key}.enabled", value)
+        elif key in ("fp16", "int8", "bf16"):  # compile(model, int8=True, calib="data/")
             if value:
-                config.quantize.precision = key
-            continue
-        if key in ("backend", "search"):  # compile(model, search="thorough"): the build-cpu stage's [cpu] section
-            config.extra.setdefault("cpu", {})[key] = value
-            continue
-        if key == "time_budget":
-            config.time_budget = value
-            continue
-        if key in ("calib", "eval") and value is not None:
-            value = Path(value)
-        for section in sections:
-            if hasattr(section, key):
-                setattr(section, key, value)
-                break
+                set_option(config, "precision", key)
+        elif key == "unpad" and isinstance(value, bool):  # compile(model, unpad=False)
+            set_option(config, "unpad.enabled", value)
+        elif key in SECTIONS and isinstance(value, dict):
+            for name, item in value.items():
+                set_option(config, f"{key}.{name}", item)
         else:
-            if isinstance(value, dict):
-                config.extra.setdefault(key, {}).update(value)
-            else:
-                raise UsageError(f"unknown compile option {key!r}")
+            set_option(config, key, value)
 
 
 def _error_from_report(err: dict[str, Any]) -> OptcliError:
@@ -83,12 +71,14 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
                   dynamic_batching: bool | str | None = None, preferred_batch_sizes: list[int] | None = None,
                   max_queue_delay_us: int | None = None, preserve_ordering: bool = False, instances: int = 1,
                   kind: str | None = None, graph_level: str | None = None, intra_op_threads: int | None = None,
+                  backend: str | None = None,
                   ort_tensorrt: bool = False, warmup: bool = True, inputs: list[str] | None = None) -> Any:
     """Write a ready Triton model repository entry (`<repo>/<name>/config.pbtxt`, `<version>/model.*`,
     README.md) for a run's report.json, an .onnx file or an .engine/.plan with its metadata.
 
     `dynamic_batching` is True/False or the CLI's text (`preferred=8,16,32`); None turns it on when the
     model batches. `inputs` are `NAME:SHAPE` pins that size warm-up and perf_analyzer shapes.
+    `backend="python"` writes a Python-backend model (model.py) that runs the artifact with optcli's runner.
     Returns an optcli.deploy.TritonExport; raises UsageError (exit code 2) for impossible settings.
     """
     from optcli.deploy import TritonOptions, parse_dynamic_batching
@@ -102,24 +92,37 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
         preferred = preferred or parsed
     options = TritonOptions(max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
                             preferred_batch_sizes=preferred, max_queue_delay_us=max_queue_delay_us,
-                            preserve_ordering=preserve_ordering, instances=instances, kind=kind,
+                            preserve_ordering=preserve_ordering, instances=instances, kind=kind, backend=backend,
                             graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
                             warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
     return write_repository(source, repo, options, name=name, version=version, force=force)
 
 
-def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, **options: Any) -> Any:
+def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
+         **options: Any) -> Any:
     """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
     .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
 
     Returns a Runner: `predict(inputs)`, `predict_async(inputs)` -> Future, `close()`, and a context
     manager. `concurrency=N` keeps N sessions/contexts so N calls run at once; `device` is "cpu" or
     "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
-    `optimization` for onnxruntime).
+    `optimization` for onnxruntime). `batching` (True, or a dict of Triton's dynamic_batching names:
+    max_batch_size, max_queue_delay_microseconds, preferred_batch_size) gathers concurrent calls into
+    one batch (optcli/batching.py); refused for a fixed-batch artifact.
     """
-    from optcli.benchmark.artifacts import open_artifact, resolve_artifact
+    from optcli.loaded_model import open_artifact, resolve_artifact
 
-    return open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    policy = None
+    if batching is not None and batching is not False:
+        from optcli.batching import batching_options
+
+        policy = batching_options(batching)  # bad options fail before the model loads
+    runner = open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    if policy is None:
+        return runner
+    from optcli.batching import BatchedRunner
+
+    return BatchedRunner(runner, policy)
 
 
 def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int | list[int] = 1,
@@ -133,7 +136,7 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     throughput) beyond `max_regression` raises RegressionError (the result is on `.result`);
     `save_baseline` writes the result as a new baseline.
     """
-    from optcli.benchmark.artifacts import resolve_artifact
+    from optcli.loaded_model import resolve_artifact
     from optcli.benchmark.baseline import (compare_to_baseline, load_baseline, parse_bound, regression_error,
                                            save_baseline as write_baseline)
     from optcli.benchmark.sweep import BenchSettings, run_sweep
@@ -173,24 +176,27 @@ def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str
 def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: int = 10,
             optimization: str = "all", threads: int | None = None, inputs_dir: str | Path | None = None,
             pins: list[str] | None = None) -> Any:
-    """Per-layer time of an artifact: onnxruntime's profiler for .onnx, TensorRT's layer profiler for
-    .engine; returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
-    from optcli.benchmark.artifacts import resolve_artifact
+    """Per-layer time of an artifact with its backend's profiler (onnxruntime's for .onnx, TensorRT's layer
+    profiler for .engine); returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
+    import inspect
+
+    from optcli.backends.registry import all_backends, for_format, load_object
+    from optcli.loaded_model import resolve_artifact
     from optcli.errors import UsageError
 
     resolved = resolve_artifact(artifact)
-    folder = Path(inputs_dir) if inputs_dir is not None else None
-    if resolved.format == "onnx":
-        from optcli.profiling.onnxruntime_profile import profile_onnx
-
-        return profile_onnx(resolved, batch=batch, runs=runs, warmup=warmup, optimization=optimization,
-                            threads=threads, inputs_dir=folder, pins=pins)
-    if resolved.format == "engine":
-        from optcli.profiling.tensorrt_profile import profile_engine
-
-        return profile_engine(resolved, batch=batch, runs=runs, warmup=warmup, inputs_dir=folder, pins=pins)
-    raise UsageError(f"per-layer profiles need an .onnx or .engine artifact, not {resolved.format}",
-                     hint="compile the model first (optcli compile) and profile its report.json")
+    backend = for_format(resolved.format)
+    if backend.profiler is None:
+        kinds = [f"{b.label} ({b.suffixes[0]})" for b in all_backends() if b.profiler]
+        kinds_text = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+        raise UsageError(f"per-layer profiles need an artifact of {kinds_text}, not a {backend.label} "
+                         f"{resolved.format} file",
+                         hint="compile the model first (optcli compile) and profile its report.json")
+    profiler = load_object(backend.profiler)
+    settings = {"batch": batch, "runs": runs, "warmup": warmup, "optimization": optimization, "threads": threads,
+                "inputs_dir": Path(inputs_dir) if inputs_dir is not None else None, "pins": pins}
+    accepted = inspect.signature(profiler).parameters
+    return profiler(resolved, **{k: v for k, v in settings.items() if k in accepted})
 
 
 def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, define: list[str] | None = None,
@@ -231,3 +237,21 @@ def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, 
         exc.result = result  # type: ignore[attr-defined]
         raise exc
     return result
+
+
+def serve(artifact: str | Path, **options: Any) -> Any:
+    """Start a Triton Inference Server (the `serve` extra's bundled binary) serving `artifact` (a
+    report.json or its folder, .onnx, OpenVINO .xml, .engine) through Triton's Python backend and
+    optcli's runner, with Triton's dynamic batcher; returns the started TritonServer once the model
+    is ready (`urls`, `statistics()`, `stop()`; a context manager). `options` are ServeOptions
+    fields (name, host, http_port, grpc_port, metrics_port, max_batch_size, max_queue_delay_us,
+    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose).
+    """
+    from optcli.errors import UsageError
+    from optcli.serve import ServeOptions, TritonServer
+
+    known = set(ServeOptions.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"unknown serve option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
+    return TritonServer(artifact, ServeOptions(**options)).start()

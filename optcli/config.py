@@ -1,4 +1,5 @@
-"""Typed configuration: one dataclass per stage, a CompileConfig that holds them, and TOML loading.
+"""Typed configuration: one dataclass per section, a CompileConfig that holds them, the one registry of
+sections (SECTIONS), the one way to set a value (`set_option("section.field", value)`), and TOML loading.
 
 A TOML file (`optcli.toml`, or `[tool.optcli]` in pyproject.toml) may hold the same keys as the
 CLI flags, grouped by table:
@@ -7,10 +8,17 @@ CLI flags, grouped by table:
     [export]             opset = 18
     [fuse]               level = "extended"
     [bench]              runs = 200
+    [cpu]                backend = "openvino"        (the build-cpu stage's: optcli/cpu/options.py)
+    [tensorrt]           workspace = "4G"            (build-tensorrt's: optcli/backends/tensorrt/options.py)
+
+TOML tables, CLI flags, `optcli.compile(**options)` keywords and `optcli compare --variant` strings all
+go through set_option. A running pipeline freezes its copy of the config: changing it then is an error.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import importlib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,8 +31,21 @@ from optcli.tensor_spec import TensorSpec, parse_input_spec
 TARGETS = ("auto", "cpu", "tensorrt")
 
 
+class Freezable:
+    """A dataclass whose attributes cannot be set once frozen (CompileConfig.freeze)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen"):
+            raise UsageError(f"the compile config is frozen once a run starts (setting {name!r})",
+                             hint="change a copy (config.copy()) before starting the run")
+        super().__setattr__(name, value)
+
+    def _set_frozen(self, frozen: bool) -> None:
+        object.__setattr__(self, "_frozen", frozen)
+
+
 @dataclass
-class ExportConfig:
+class ExportConfig(Freezable):
     opset: int = 18
     static_batch: bool = False
     allow_pickle: bool = False
@@ -33,19 +54,19 @@ class ExportConfig:
 
 
 @dataclass
-class SimplifyConfig:
+class SimplifyConfig(Freezable):
     enabled: bool = True
 
 
 @dataclass
-class FuseConfig:
+class FuseConfig(Freezable):
     enabled: bool = True
     level: str = "extended"           # basic (plain ONNX ops) | extended (adds com.microsoft fused ops)
     transformer: str = "auto"         # auto | on | off: onnxruntime's transformer fusions for encoders
 
 
 @dataclass
-class BenchConfig:
+class BenchConfig(Freezable):
     """How latency is measured around each stage."""
 
     enabled: bool = True
@@ -59,7 +80,7 @@ class BenchConfig:
 
 
 @dataclass
-class AccuracyConfig:
+class AccuracyConfig(Freezable):
     """The accuracy check against the FP32 reference, and its gate (quantize stages gate on it)."""
 
     batch: int = 2
@@ -69,7 +90,7 @@ class AccuracyConfig:
 
 
 @dataclass
-class QuantizeConfig:
+class QuantizeConfig(Freezable):
     """Precision of the compiled graph; FP16 casts and INT8 Q/DQ live in the ONNX (TensorRT 10+/11 style)."""
 
     precision: str = "fp32"           # fp32 | fp16 | int8 | bf16
@@ -90,7 +111,7 @@ PRECISIONS = ("fp32", "fp16", "int8", "bf16")
 
 
 @dataclass
-class CompileConfig:
+class CompileConfig(Freezable):
     """Everything `optcli compile` needs; the CLI and the API both build one of these."""
 
     model: str
@@ -105,10 +126,26 @@ class CompileConfig:
     bench: BenchConfig = field(default_factory=BenchConfig)
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
     quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
-    # Sections for stages added later (quantize, build, deploy) live here by stage name, typed by
-    # the stage module itself, so adding a stage does not change this file.
+    # The sections a stage owns (SECTIONS names them: [cpu], [tensorrt]), as given (a dict) or typed by
+    # the stage's own parser; set_option checks their keys against the section's dataclass.
     extra: dict[str, Any] = field(default_factory=dict)
     config_file: Path | None = None   # the TOML file the settings came from, recorded in the report
+
+    def freeze(self) -> None:
+        """Refuse every later change to this config and its sections (a running pipeline's)."""
+        for obj in (self, *(getattr(self, n) for n in core_sections())):
+            obj._set_frozen(True)
+
+    def copy(self) -> CompileConfig:
+        """A deep copy that can be changed (a frozen config's copy is not frozen)."""
+        dup = copy.deepcopy(self)
+        for obj in (dup, *(getattr(dup, n) for n in core_sections())):
+            obj._set_frozen(False)
+        return dup
+
+    def section(self, name: str) -> Any:
+        """The section `name` of this config: a core section's dataclass, or a stage's as stored in extra."""
+        return getattr(self, name) if name in core_sections() else self.extra.get(name)
 
     def out_dir(self) -> Path:
         if self.out is not None:
@@ -164,6 +201,116 @@ class CompileConfig:
                 check_bounds(key, value, f"[accuracy] {key.replace('_', '-')} = {value!r}")
 
 
+# Every table of a compile config, written once: TOML tables, `section.field` keys, API keywords and
+# --variant options resolve through it. A core section is an attribute of CompileConfig; a section a
+# stage owns is named by "module:Class", imported when first used, and kept in CompileConfig.extra.
+SECTIONS: dict[str, type | str] = {
+    "export": ExportConfig,
+    "simplify": SimplifyConfig,
+    "fuse": FuseConfig,
+    "bench": BenchConfig,
+    "accuracy": AccuracyConfig,
+    "quantize": QuantizeConfig,
+    "cpu": "optcli.cpu.options:CpuConfig",
+    "tensorrt": "optcli.backends.tensorrt.options:TensorRTConfig",
+    "unpad": "optcli.unpad.options:UnpadConfig",
+}
+# [compile]: the CompileConfig's own fields a config file may set.
+TOP_LEVEL = ("force", "inputs", "out", "target", "time_budget")
+# Short names: `precision=int8`, `backend=openvino`.
+ALIASES = {"precision": "quantize.precision", "backend": "cpu.backend", "search": "cpu.search"}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+class UnknownOption(UsageError):
+    """A key that names no section field (callers that speak for a flag reword it)."""
+
+
+def core_sections() -> tuple[str, ...]:
+    """Sections that are attributes of CompileConfig, in the order a bare field name is looked up."""
+    return tuple(n for n, c in SECTIONS.items() if isinstance(c, type))
+
+
+def known_tables() -> list[str]:
+    return ["compile", *SECTIONS]
+
+
+def section_class(name: str) -> type:
+    """The dataclass of section `name` (UsageError naming the known tables)."""
+    cls = SECTIONS.get(name)
+    if cls is None:
+        raise UnknownOption(f"unknown config table [{name}]", hint=f"known tables: {', '.join(known_tables())}")
+    if isinstance(cls, str):
+        module, _, attr = cls.partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+    return cls
+
+
+def _coerce(current: Any, text: str, where: str) -> Any:
+    """A text value (from --variant) as the type of the field's current value."""
+    if isinstance(current, bool):
+        low = text.lower()
+        if low not in _TRUE + _FALSE:
+            raise UsageError(f"{where}: {text!r} is not true/false")
+        return low in _TRUE
+    try:
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+    except ValueError:
+        raise UsageError(f"{where}: {text!r} is not a number") from None
+    if isinstance(current, list):
+        return [t for t in text.split("|") if t]
+    if isinstance(current, Path) or where.endswith(("calib", "eval")):
+        return Path(text)
+    if current is None and re.fullmatch(r"-?\d+(\.\d+)?", text):
+        return float(text) if "." in text else int(text)
+    return text
+
+
+def set_option(config: CompileConfig, key: str, value: Any, *, text: bool = False, where: str | None = None) -> None:
+    """Set one setting of `config`: "section.field" (export.opset, cpu.backend), a [compile] field (target,
+    out, force, inputs), an alias (precision, backend), or a bare field name of a core section (opset).
+    `text`: `value` is text to convert to the field's type (--variant strings); `where` names the source
+    in those conversion errors. Unknown keys raise UnknownOption (a UsageError)."""
+    key = ALIASES.get(key, key).replace("-", "_")
+    section, dot, name = key.rpartition(".")
+    if not dot and name in TOP_LEVEL:
+        if name == "inputs":
+            value = [parse_input_spec(s) if isinstance(s, str) else s for s in value]
+        elif name == "out" and value is not None:
+            value = Path(value)
+        setattr(config, name, value)
+        return
+    if not dot:
+        section = next((n for n in core_sections() if name in _field_names(section_class(n))), "")
+        if not section:
+            raise UnknownOption(f"unknown compile option {key!r}")
+    names = _field_names(section_class(section))
+    if name not in names:
+        raise UnknownOption(f"unknown key {name!r} in [{section}]", hint=f"known keys: {', '.join(sorted(names))}")
+    if section in core_sections():
+        holder = getattr(config, section)
+        if text:
+            value = _coerce(getattr(holder, name), value, where or key)
+        elif name in ("calib", "eval") and isinstance(value, str):
+            value = Path(value)
+        setattr(holder, name, value)
+        return
+    # A stage's section stays a dict of what was set (its parser types and checks the values).
+    stored = config.extra.get(section)
+    values = dict(dataclasses.asdict(stored) if dataclasses.is_dataclass(stored) else stored or {})
+    if text:
+        value = _coerce(values.get(name, getattr(section_class(section)(), name)), value, where or key)
+    values[name] = value
+    config.extra[section] = values
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def model_stem(model: str) -> str:
     """A folder-friendly model name: `path/resnet.pt2` -> `resnet`, `f.py:make_net` -> `f-make_net`.
     Only letters, digits, `_`, `-` and inner dots survive, so a name like `...onnx` (stem `..`) cannot
@@ -174,15 +321,6 @@ def model_stem(model: str) -> str:
     else:
         name = Path(model).stem
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "model"
-
-
-def _fill(cls: type, values: dict[str, Any], where: str) -> Any:
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    values = {k.replace("-", "_"): v for k, v in values.items()}  # static-batch = static_batch
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise UsageError(f"unknown key {unknown[0]!r} in [{where}]", hint=f"known keys: {', '.join(sorted(names))}")
-    return cls(**values)
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -214,22 +352,21 @@ def code_running_settings(config: CompileConfig) -> dict[str, str]:
 
 
 def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
-    """Build a CompileConfig from a TOML-shaped dict (tables: compile, export, simplify, fuse, bench,
-    accuracy, quantize)."""
-    data = {k.replace("-", "_"): v for k, v in data.items()}
-    top = dict(data.pop("compile", {}))
-    top = {k.replace("-", "_"): v for k, v in top.items()}
+    """Build a CompileConfig from a TOML-shaped dict: [compile] and every table of SECTIONS, each key
+    through set_option."""
     cfg = CompileConfig(model=model)
-    for key in ("out", "target", "force", "time_budget"):
-        if key in top:
-            setattr(cfg, key, Path(top.pop(key)) if key == "out" else top.pop(key))
-    if "inputs" in top:
-        cfg.inputs = [parse_input_spec(s) for s in top.pop("inputs")]
-    if top:  # nothing reads other [compile] keys: a typo must not pass silently
-        raise UsageError(f"unknown key {sorted(top)[0]!r} in [compile]", hint="known keys: force, inputs, out, target, time-budget")
-    for section, cls in (("export", ExportConfig), ("simplify", SimplifyConfig), ("fuse", FuseConfig),
-                         ("bench", BenchConfig), ("accuracy", AccuracyConfig), ("quantize", QuantizeConfig)):
-        if section in data:
-            setattr(cfg, section, _fill(cls, data.pop(section), section))
-    cfg.extra.update(data)  # sections owned by later stages, checked by them
+    for table, values in data.items():
+        table = table.replace("-", "_")
+        if table != "compile":
+            section_class(table)  # an unknown table is refused before its keys
+        if not isinstance(values, dict):
+            raise UsageError(f"[{table}] must be a table", hint=f"e.g. [{table}] with key = value lines")
+        for key, value in values.items():
+            key = key.replace("-", "_")
+            if table == "compile":
+                if key not in TOP_LEVEL:  # nothing reads other [compile] keys: a typo must not pass silently
+                    raise UsageError(f"unknown key {key!r} in [compile]", hint=f"known keys: {', '.join(TOP_LEVEL)}")
+                set_option(cfg, key, value)
+            else:
+                set_option(cfg, f"{table}.{key}", value)
     return cfg

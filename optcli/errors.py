@@ -107,3 +107,9 @@ def error_record(exc: BaseException, stage: str | None) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": f"internal error: {type(exc).__name__}: {model_error_line(exc)}",
             "hint": "rerun with --debug", "exit_code": EXIT_STAGE_FAILED, "stage": stage,
             "traceback": traceback_text(exc)}
+
+
+class ServeError(OptcliError):
+    """`optcli serve`: the inference server could not start or stopped on its own."""
+
+    exit_code = EXIT_STAGE_FAILED

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from optcli.errors import UsageError
@@ -13,6 +13,9 @@ _ELEM = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64"
          10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 # Above this, the protobuf 2 GiB limit is near: weights go to an external data file.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+# A graph file above this keeps its weights inside; parsing it just to look for external data would
+# cost as much memory as the model.
+_GRAPH_ONLY_MAX_BYTES = 64 << 20
 
 
 def load_onnx(path: Path, load_weights: bool = True) -> Any:
@@ -129,7 +132,7 @@ def save_onnx(model: Any, path: Path) -> list[str]:
 
     sort_topologically(model.graph)
 
-    if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
+    if near_protobuf_limit(model.ByteSize()):
         location = path.name + ".data"
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=location, size_threshold=1024)
@@ -165,3 +168,83 @@ def int_bounds_onnx(path: Path) -> dict[str, int]:
             if size > 0:
                 bounds[node.input[1]] = min(bounds.get(node.input[1], size), size)
     return bounds
+
+
+def external_data_files(path: Path) -> list[str]:
+    """Relative locations of the external weight files the ONNX graph at `path` references, in first-
+    reference order; each must stay inside the model's folder and exist (a hostile graph could point at
+    any file). A graph file over 64 MB holds its weights inside: [] without parsing it."""
+    import onnx
+
+    if path.stat().st_size > _GRAPH_ONLY_MAX_BYTES:
+        return []
+    model = load_onnx(path, load_weights=False)
+    locations: list[str] = []
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+        for tensor in tensors:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
+                if loc not in locations:
+                    locations.append(loc)
+        for node in graph.node:
+            for a in node.attribute:
+                graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+    return [_contained_location(path.parent, loc) for loc in locations]
+
+
+def _contained_location(folder: Path, loc: str) -> str:
+    rel = PurePosixPath(loc.replace("\\", "/"))
+    if not loc or rel.is_absolute() or ".." in rel.parts:
+        raise UsageError(f"external data location {loc!r} points outside the model's folder",
+                         hint="re-save the model with its weights beside it")
+    if not (folder / rel).is_file():
+        raise UsageError(f"external data file {folder / rel} is missing", hint="copy it beside the model")
+    return str(rel)
+
+
+def near_protobuf_limit(nbytes: int) -> bool:
+    """Whether a model of `nbytes` must keep its weights in an external data file."""
+    return nbytes > EXTERNAL_DATA_THRESHOLD
+
+
+def is_large(path: Path) -> bool:
+    """True when the ONNX model at `path` (graph plus external weights) is near protobuf's 2 GiB limit:
+    every tool that rewrites it must then write its weights to an external data file."""
+    return near_protobuf_limit(path.stat().st_size + sum((path.parent / f).stat().st_size
+                                                         for f in external_data_files(path)))
+
+
+def copy_external_data(model: Any, src: Path, dst: Path) -> None:
+    """Point the external tensors of `model` (loaded from `src` without weights) at copies beside `dst`
+    named after it (`dst.data`, `dst.data1`, ...), so a tool writing its own `model.onnx.data` beside
+    `dst` never meets them. Copies, not hard links: onnx.load refuses hard-linked external data (a
+    "hardlink attack" check since onnx 1.20), and a link would let one stage's write change another's."""
+    import shutil
+
+    import onnx
+
+    renamed: dict[str, str] = {}
+    for i, loc in enumerate(external_data_files(src)):
+        renamed[loc] = f"{dst.name}.data{i or ''}"
+        shutil.copyfile(src.parent / loc, dst.parent / renamed[loc])
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+        for tensor in tensors:
+            for entry in tensor.external_data:
+                if entry.key == "location" and entry.value in renamed:
+                    entry.value = renamed[entry.value]
+        for node in graph.node:
+            for a in node.attribute:
+                graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+
+
+def remove_onnx(path: Path) -> None:
+    """Delete an ONNX graph file and the external data files it references."""
+    for extra in external_data_files(path) if path.is_file() else []:
+        (path.parent / extra).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)

@@ -6,18 +6,24 @@ from types import ModuleType
 
 from optcli.errors import MissingDependencyError
 
-# module name -> (pip package, optcli extra)
+# module name -> (pip package, optcli extra), for what is not a backend (a backend's descriptor names its
+# package and extra: optcli/backends/registry.py).
 _EXTRAS = {
-    "torch": ("torch", "cpu"),
-    "onnxruntime": ("onnxruntime", "cpu"),
     "onnxsim": ("onnxsim", "cpu"),
     "onnx": ("onnx", "cpu"),
-    "tensorrt": ("tensorrt", "tensorrt"),
-    "openvino": ("openvino", "openvino"),
     "matplotlib": ("matplotlib", "plot"),
     "cuda": ("cuda-python", "gpu"),
     "transformers": ("transformers", "hf"),
 }
+
+
+def _extra_of(top: str) -> tuple[str, str]:
+    from optcli.backends.registry import all_backends
+
+    for backend in all_backends():
+        if backend.package == top:
+            return top, backend.extra or "cpu"
+    return _EXTRAS.get(top, (top, "cpu"))
 
 
 def require(module: str, purpose: str) -> ModuleType:
@@ -26,7 +32,7 @@ def require(module: str, purpose: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         top = module.split(".")[0]
-        package, extra = _EXTRAS.get(top, (top, "cpu"))
+        package, extra = _extra_of(top)
         if exc.name is not None and exc.name.split(".")[0] != top:
             # The package is there but one of *its* dependencies is broken: say that, not "install".
             raise MissingDependencyError(exc.name, extra, f"{purpose} (imported by {module})") from exc

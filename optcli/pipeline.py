@@ -8,7 +8,6 @@ in one place, so an interrupted run says what did not finish. One run per output
 """
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +15,12 @@ from typing import Any
 
 from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
+from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
-from optcli.config import CompileConfig
+from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
-from optcli.model_source import ModelSource, detect, load_torch
+from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.onnx_model import io_specs, load_onnx
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
@@ -55,12 +55,9 @@ class Pipeline:
 
     def __init__(self, config: CompileConfig, on_event: Event | None = None) -> None:
         config.validate()
-        owned = {cls.config_section for cls in all_stages() if cls.config_section}
-        unknown = sorted(set(config.extra) - owned)
-        if unknown:
-            known = ["compile", "export", "simplify", "fuse", "bench", "accuracy", "quantize", *sorted(owned)]
-            raise UsageError(f"unknown config table [{unknown[0]}]", hint=f"known tables: {', '.join(known)}")
-        self.config = copy.deepcopy(config)
+        for table in sorted(config.extra):
+            section_class(table)  # a misspelt [fusee] is an error, not silently ignored
+        self.config = config.copy()
         self.emit = on_event or _noop
         self.out = config.out_dir()
         self.measure = Measurements(self.config)
@@ -80,7 +77,7 @@ class Pipeline:
             fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
             # the user's ONNX: token ids must stay inside the embedding tables they index
-            int_high = int_bounds_onnx(source.path) if source.format == "onnx" else {}
+            int_high = int_bounds_onnx(source.path) if source.format == ONNX else {}
         if not inputs:
             raise UsageError(f"{source.path} takes no inputs: there is nothing to feed, measure or calibrate",
                              hint="optcli compiles models with at least one input tensor; "
@@ -117,6 +114,7 @@ class Pipeline:
         remove_stale_partials(self.out)  # only under the lock: a live run's partials are not stale
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
+        self.config.freeze()  # what the run learnt (a fixed batch) is in; from here on nothing changes it
         ctx.facts["target_reason"] = target_reason
         if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
             ctx.facts["deadline"] = t_start + self.config.time_budget
@@ -219,7 +217,7 @@ class Pipeline:
                        made.meta, made.sha256)
         record.status, record.artifact = "ok", str((stage_dir / rel).relative_to(self.out))
         self._apply_gate(stage, record)
-        return out
+        return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
                cached: dict[str, Any], reference: dict[str, Any]) -> Artifact:
@@ -236,7 +234,17 @@ class Pipeline:
             self.measure.around_stage(ctx, stage, record, artifact, out, reference)
             record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
-        return out
+        return self._declined(record, artifact, out)
+
+    @staticmethod
+    def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:
+        """A stage whose own analysis found it does not apply (details["skipped"]: the reason) is
+        reported skipped, and the run goes on with its input; its folder stays as the cache entry."""
+        reason = record.details.get("skipped")
+        if not reason:
+            return out
+        record.status, record.reason = "skipped", str(reason)
+        return before
 
     def _apply_gate(self, stage: Stage, record: StageReport) -> None:
         if record.accuracy is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.config import CompileConfig
 from optcli.errors import OptcliError, StageError, UsageError, model_error_line
 from optcli.latency import LatencyStats, stats_from_samples, time_calls
@@ -35,18 +36,19 @@ class Measurements:
     # -- runners -----------------------------------------------------------------------------
     def source_runner(self, ctx: StageContext) -> Any:
         if ctx.torch_model is not None:
-            from optcli.runtime.torch_runner import TorchRunner
+            from optcli.backends.torch.runner import TorchRunner
 
             return TorchRunner(ctx.torch_model.module, ctx.inputs, threads=self.config.bench.threads)
-        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+        from optcli.runtime import open_runner
 
-        return OnnxRuntimeRunner(ctx.source.path, optimization="all", threads=self.config.bench.threads)
+        return open_runner(ctx.source.path, ctx.source.format, optimization="all", threads=self.config.bench.threads)
 
     def artifact_runner(self, artifact: Artifact, optimization: str) -> Any:
+        from optcli.backends.registry import for_format
         from optcli.runtime import open_runner
 
         options: dict[str, Any] = {"threads": self.config.bench.threads}
-        if artifact.format == "onnx":
+        if for_format(artifact.format).takes_optimization:
             options["optimization"] = optimization
         options.update(artifact.meta.get("runner_options", {}))  # e.g. an OpenVINO IR's precision
         return open_runner(artifact.path, artifact.format, **options)
@@ -124,10 +126,10 @@ class Measurements:
     def around_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact, after: Artifact,
                      reference: dict[str, Any], accuracy: dict[str, Any] | None = None) -> None:
         """Graph statistics, latency before/after and accuracy into the stage's report."""
-        if before.format == "onnx":
+        if before.format == ONNX:
             g = graph_summary(before.path)
             record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
-        if after.format == "onnx":
+        if after.format == ONNX:
             g = graph_summary(after.path)
             record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
         try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 def tensorrt_available() -> tuple[bool, str]:
     """(usable, reason). Cheap checks first; the builder itself is probed in a subprocess
-    (optcli.tensorrt.probe), because a builder without a usable GPU can abort the process."""
-    from optcli.tensorrt.probe import tensorrt_status
+    (optcli.backends.tensorrt.probe), because a builder without a usable GPU can abort the process."""
+    from optcli.backends.tensorrt.probe import tensorrt_status
 
     status = tensorrt_status()
     return status.usable, status.summary()
@@ -18,7 +18,7 @@ def resolve_target(requested: str) -> tuple[str, str]:
     missing and how to install it, before any stage runs.
     """
     if requested == "tensorrt":
-        from optcli.tensorrt.probe import TensorRTUnavailableError, tensorrt_status
+        from optcli.backends.tensorrt.probe import TensorRTUnavailableError, tensorrt_status
 
         status = tensorrt_status()
         if not status.usable:

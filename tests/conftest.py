@@ -22,6 +22,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+@pytest.fixture
+def register_backend(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Register a backend the one way there is: its module (defining BACKEND) added to BACKEND_MODULES."""
+    from optcli.backends import registry
+
+    def register(module: str) -> None:
+        monkeypatch.setattr(registry, "BACKEND_MODULES", (*registry.BACKEND_MODULES, module))
+        registry.reload()
+
+    yield register
+    monkeypatch.undo()
+    registry.reload()
+
+
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding tiny_models.py (importable: pickled modules need their class on the path)."""

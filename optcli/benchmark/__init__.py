@@ -1,2 +1,3 @@
-"""Benchmarks of compiled artifacts: opening any artifact, inputs, the batch x concurrency sweep and
-performance baselines. Named `benchmark`, not `bench`, so that `optcli.bench` stays the API function."""
+"""Benchmarks of compiled artifacts: inputs, the batch x concurrency sweep and performance baselines
+(opening an artifact is optcli/loaded_model.py's). Named `benchmark`, not `bench`, so that `optcli.bench`
+stays the API function."""

@@ -75,7 +75,7 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
     rows: list[dict[str, Any]] = []
     for cur in current.points:
         base = baseline.point(cur.batch, cur.concurrency)
-        if base is None:
+        if base is None or cur.batched:  # --batching points are a comparison, not gated
             continue
         p50_change = cur.latency.p50 / base.latency.p50 - 1 if base.latency.p50 > 0 else 0.0
         tput_change = cur.throughput / base.throughput - 1 if base.throughput > 0 else 0.0

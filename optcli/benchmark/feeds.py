@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from optcli.backends.registry import is_onnx_file
 from optcli.errors import UsageError
 from optcli.onnx_model import int_bounds_onnx
 from optcli.runtime.base import Runner
@@ -22,7 +23,7 @@ def int_bounds(runner: Runner) -> dict[str, int]:
     """Upper bounds for random int inputs of whatever this runner runs."""
     known = dict(getattr(runner, "int_high", None) or {})
     path = getattr(runner, "path", None)
-    if path is not None and Path(path).suffix.lower() == ".onnx":
+    if path is not None and is_onnx_file(Path(path)):
         known = {**int_bounds_onnx(Path(path)), **known}
     return known
 

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact
+from optcli.backends.registry import for_format
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
 from optcli.environment import environment
 from optcli.errors import UsageError
@@ -42,6 +43,10 @@ class BenchSettings:
     inputs_dir: Path | None = None
     pins: list[str] = field(default_factory=list)
     runner_options: dict[str, Any] = field(default_factory=dict)
+    # Triton's dynamic_batching knobs (optcli/batching.py): each point is measured again with the
+    # concurrent calls batched, on `batching_sessions` sessions (the cores split between them).
+    batching: dict[str, Any] | None = None
+    batching_sessions: int = 1
 
     def validate(self) -> None:
         if not self.batches or any(b < 1 for b in self.batches):
@@ -52,6 +57,12 @@ class BenchSettings:
             raise UsageError("runs must be >= 1 and the time limits positive")
         if self.latency_budget_ms is not None and self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget-ms must be positive")
+        if self.batching_sessions < 1:
+            raise UsageError("--batching-sessions must be >= 1")
+        if self.batching is not None:
+            from optcli.batching import batching_options
+
+            self.batching = batching_options(self.batching).to_json()  # fail before measuring
         if self.budget_percentile not in PERCENTILES:
             raise UsageError(f"unknown budget percentile {self.budget_percentile!r}",
                              hint=f"use one of: {', '.join(PERCENTILES)}")
@@ -70,6 +81,11 @@ class SweepPoint:
     throughput: float                    # samples/s over the wall time of the timed window
     median_ci_ms: tuple[float, float]
     device_ms: dict[str, Any] | None = None   # GPU time per call from CUDA events, where the runner has them
+    batches: dict[str, Any] | None = None     # with --batching: the batches run ({"mean": rows, "histogram"})
+
+    @property
+    def batched(self) -> bool:
+        return self.batches is not None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -79,13 +95,13 @@ class SweepPoint:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
                 "throughput": round(self.throughput, 2),
                 "p50_ci95_ms": [round(self.median_ci_ms[0], 4), round(self.median_ci_ms[1], 4)],
-                "device_ms": self.device_ms}
+                "device_ms": self.device_ms, "batches": self.batches}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SweepPoint:
         lo, hi = d.get("p50_ci95_ms") or (d["latency_ms"]["p50"], d["latency_ms"]["p50"])
         return cls(int(d["batch"]), int(d["concurrency"]), LatencyStats.from_json(d["latency_ms"]),
-                   float(d["throughput"]), (float(lo), float(hi)), d.get("device_ms"))
+                   float(d["throughput"]), (float(lo), float(hi)), d.get("device_ms"), d.get("batches"))
 
 
 @dataclass
@@ -102,8 +118,8 @@ class BenchResult:
     warnings: list[str] = field(default_factory=list)
     regression: dict[str, Any] | None = None     # filled by a --compare-baseline check
 
-    def point(self, batch: int, concurrency: int) -> SweepPoint | None:
-        return next((p for p in self.points if p.key == (batch, concurrency)), None)
+    def point(self, batch: int, concurrency: int, batched: bool = False) -> SweepPoint | None:
+        return next((p for p in self.points if p.key == (batch, concurrency) and p.batched == batched), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optcli-bench", "artifact": self.artifact,
@@ -136,11 +152,11 @@ def find_knee(points: list[SweepPoint], budget_ms: float | None, percentile: str
                     "reason": f"no point has {percentile} within {budget_ms:g} ms (lowest: {lat(best):.3f} ms "
                               f"at batch {best.batch}, concurrency {best.concurrency})"}
         k = max(fitting, key=lambda p: p.throughput)
-        return {"batch": k.batch, "concurrency": k.concurrency,
+        return {"batch": k.batch, "concurrency": k.concurrency, "batched": k.batched,
                 "reason": f"best throughput with {percentile} <= {budget_ms:g} ms"}
     top = max(p.throughput for p in points)
     k = min((p for p in points if p.throughput >= KNEE_SHARE * top), key=lat)
-    return {"batch": k.batch, "concurrency": k.concurrency,
+    return {"batch": k.batch, "concurrency": k.concurrency, "batched": k.batched,
             "reason": f"lowest {percentile} within {100 - KNEE_SHARE * 100:.0f}% of the best throughput ({top:.1f}/s)"}
 
 
@@ -179,6 +195,39 @@ def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) ->
             "mean": round(stats.mean, 4), "runs": stats.runs, "timer": "cuda events"}
 
 
+def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: int,
+                    extra: dict[str, Any]) -> list[SweepPoint]:
+    """`conc` callers whose calls are batched (optcli/batching.py) onto `batching_sessions` sessions."""
+    from optcli.batching import BatchedRunner, batching_options
+
+    options = batching_options(settings.batching)
+    runner = BatchedRunner(open_artifact(resolved, concurrency=settings.batching_sessions, threads=settings.threads,
+                                         device=settings.device, **extra), options)
+    points = []
+    try:
+        feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins)
+        for batch in sorted(set(settings.batches)):
+            feeds = runner.normalize(feeds_source.batch(batch))
+            before = runner.stats()
+            samples, wall = time_concurrent(
+                lambda f=feeds: runner.run_normalized(f), conc, warmup_runs=settings.warmup_runs,
+                warmup_seconds=settings.warmup_seconds, runs=settings.runs, min_seconds=settings.min_seconds,
+                max_seconds=settings.max_seconds)
+            stats = stats_from_samples(samples, batch, runner.backend, {**runner.settings, "concurrency": conc})
+            ran = runner.stats()  # warm-up batches included: the mix is what matters, not the count
+            count = ran["batches"] - before["batches"]
+            hist = {k: v - before["histogram"].get(k, 0) for k, v in ran["histogram"].items()
+                    if v - before["histogram"].get(k, 0)}
+            batches = {"mean": round((ran["rows"] - before["rows"]) / count, 2) if count else 0.0,
+                       "histogram": {str(k): v for k, v in sorted(hist.items())}, "options": options.to_json(),
+                       "sessions": settings.batching_sessions}
+            points.append(SweepPoint(batch, conc, stats, len(samples) * batch / wall if wall > 0 else 0.0,
+                                     median_ci(samples), None, batches))
+    finally:
+        runner.close()
+    return points
+
+
 def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResult:
     """Measure every (batch, concurrency) point of `settings` on the artifact."""
     settings.validate()
@@ -187,8 +236,8 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
     runtime, inputs_json = "?", {}
     for conc in sorted(set(settings.concurrency)):
         extra = dict(settings.runner_options)
-        if resolved.format == "torchscript" and settings.pins:
-            extra.setdefault("inputs", batch_free_pins(settings.pins))  # TorchScript records no shapes
+        if settings.pins and resolved.format in for_format(resolved.format).shapeless:
+            extra.setdefault("inputs", batch_free_pins(settings.pins))  # e.g. TorchScript records no shapes
         runner = open_artifact(resolved, concurrency=conc, threads=settings.threads, device=settings.device, **extra)
         try:
             runtime = runner.backend
@@ -208,7 +257,9 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
                                          _device_time(runner, feeds, settings) if conc == 1 else None))
         finally:
             runner.close()
-    points.sort(key=lambda p: p.key)
+        if settings.batching is not None:
+            points += _batched_points(resolved, settings, conc, extra)
+    points.sort(key=lambda p: (*p.key, p.batched))
     env = environment()
     env["load_average_before"] = load_before
     return BenchResult(artifact=resolved.to_json(), runtime=runtime, settings=settings.to_json(), inputs=inputs_json,

@@ -34,9 +34,13 @@ def _table(result: Any) -> Any:
     gpu = any(p.device_ms for p in result.points)
     if gpu:
         table.add_column("GPU p50 ms", justify="right")
+    batching = any(p.batched for p in result.points)
+    if batching:
+        table.add_column("batched (mean batch)", justify="right")
     for p in result.points:
         s = p.latency
-        mark = "<- knee" if (p.batch, p.concurrency) == (knee.get("batch"), knee.get("concurrency")) else ""
+        mark = "<- knee" if (p.batch, p.concurrency, p.batched) == (knee.get("batch"), knee.get("concurrency"),
+                                                                    bool(knee.get("batched"))) else ""
         if budget is not None and getattr(s, percentile) > budget:
             mark = mark or "over budget"
         cv = f"{s.cv:.0%}"
@@ -45,6 +49,8 @@ def _table(result: Any) -> Any:
                f"[yellow]{cv}[/]" if s.cv > 0.10 else cv, f"[bold green]{mark}[/]" if "knee" in mark else mark]
         if gpu:
             row.append(f"{p.device_ms['p50']:.4f}" if p.device_ms else "-")
+        if batching:
+            row.append(f"yes ({p.batches['mean']:g})" if p.batches else "no")
         table.add_row(*row)
     return table
 
@@ -88,6 +94,11 @@ def _regression_table(reg: dict[str, Any]) -> Any:
               help="Real inputs: a folder of .npz (keys = input names, leading batch dim) [random].")
 @click.option("--input", "-i", "pins", multiple=True, metavar="NAME:SHAPE",
               help="Size the dynamic dims of an input, e.g. input_ids:1x128 (the batch comes from --batch).")
+@click.option("--batching", metavar="on|max_batch_size=N,max_queue_delay_microseconds=N,preferred_batch_size=N/N",
+              help="Also measure each point with the concurrent calls batched (Triton's dynamic_batching "
+                   "knobs; docs/serve.md).")
+@click.option("--batching-sessions", type=click.IntRange(1), default=1, show_default=True,
+              help="Sessions the batched calls run on, side by side (the cores are split between them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--save-baseline", type=click.Path(path_type=Path), help="Save this result as a baseline file.")
 @click.option("--compare-baseline", type=click.Path(path_type=Path), help="Compare against a saved baseline.")
@@ -97,13 +108,17 @@ def _regression_table(reg: dict[str, Any]) -> Any:
               help="What the gate compares: the median latency (robust to stalls) or throughput (from the mean).")
 def bench_cmd(artifact: str, batch: str, concurrency: str, as_json: bool, save_baseline: Path | None,
               compare_baseline: Path | None, max_regression: str, regression_metric: str, warmup: int,
-              pins: tuple[str, ...],
+              pins: tuple[str, ...], batching: str | None,
               **settings: Any) -> None:
     """Benchmark ARTIFACT (report.json, output folder, .onnx, .engine, .pt2, TorchScript): latency
     percentiles, throughput, CV and the 95% CI of the median over a batch x concurrency sweep."""
     from optcli import api
 
     settings["warmup_runs"] = warmup
+    if batching is not None:
+        from optcli.batching import parse_batching
+
+        settings["batching"] = parse_batching(batching).to_json()
     result = api.bench(artifact, batch=int_list(batch, "--batch"), concurrency=int_list(concurrency, "--concurrency"),
                        baseline=compare_baseline, max_regression=max_regression,
                        regression_metric=regression_metric, save_baseline=save_baseline,
@@ -118,6 +133,7 @@ def bench_cmd(artifact: str, batch: str, concurrency: str, as_json: bool, save_b
         console.print(_table(result))
         if result.knee:
             where = (f"batch {result.knee['batch']}, concurrency {result.knee['concurrency']}"
+                     + (", batched" if result.knee.get("batched") else "")
                      if result.knee.get("batch") else "none")
             console.print(f"knee: {where} ({result.knee['reason']})")
         timer = "perf_counter around each call" + ("; GPU p50: CUDA events around each enqueue" if any(

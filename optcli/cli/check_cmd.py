@@ -20,9 +20,10 @@ def check_cmd(model: Path, target: str, as_json: bool) -> None:
     types, zero points and axes, constant inputs, opset range, data-dependent shapes), without a GPU
     or TensorRT. Prints one line per finding: node, op, reason, rule and its source.
     Exit 0 clean, 1 findings, 2 bad input."""
-    from optcli.tensorrt.preflight import check_file
+    from optcli.backends.registry import is_onnx_file
+    from optcli.backends.tensorrt.preflight import check_file
 
-    if not model.is_file() or model.suffix.lower() != ".onnx":
+    if not model.is_file() or not is_onnx_file(model):
         raise UsageError(f"{model} is not an ONNX file", hint="pass a .onnx file (optcli compile writes one per stage)")
     findings = check_file(model)
     if as_json:

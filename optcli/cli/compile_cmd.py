@@ -10,10 +10,12 @@ from typing import Any
 import click
 
 from optcli.cli.main import exit_with
+from optcli.cli.registry_choice import RegistryChoice
 from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
-from optcli.config import TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml
+from optcli.config import (TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml,
+                           set_option)
+from optcli.cpu.options import backend_choices
 from optcli.errors import UsageError
-from optcli.tensor_spec import parse_input_spec
 
 
 def discover_config(explicit: Path | None) -> tuple[dict[str, Any], Path | None]:
@@ -50,33 +52,32 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
     config = compile_config_from_dict(model, data)
     _refuse_code_from_config(ctx, config, config_path, params["trust_config"])  # before any flag applies
     config.config_file = config_path
-    flag_map = {  # flag -> (section or None, field)
-        "out": (None, "out"), "target": (None, "target"), "force": (None, "force"),
-        "opset": ("export", "opset"), "static_batch": ("export", "static_batch"),
-        "allow_pickle": ("export", "allow_pickle"), "exporter": ("export", "exporter"), "task": ("export", "task"),
-        "fuse_level": ("fuse", "level"), "transformer_fusion": ("fuse", "transformer"),
-        "bench_runs": ("bench", "runs"), "threads": ("bench", "threads"),
-    }
-    for flag, (section, field) in flag_map.items():
+    for flag, key in FLAGS.items():
         if _given(ctx, flag):
-            value = params[flag]
-            setattr(getattr(config, section) if section else config, field, Path(value) if flag == "out" else value)
+            set_option(config, key, params[flag])
     if params["input"]:
-        config.inputs = [parse_input_spec(s) for s in params["input"]]
-    if params["no_simplify"]:
-        config.simplify.enabled = False
-    if params["no_fuse"]:
-        config.fuse.enabled = False
-    if params["no_bench"]:
-        config.bench.enabled = False
+        set_option(config, "inputs", params["input"])
+    for flag in ("no_simplify", "no_fuse", "no_bench"):
+        if params[flag]:
+            set_option(config, f"{flag.removeprefix('no_')}.enabled", False)
     _apply_quantize_flags(ctx, config, params)
     apply_tensorrt_options(ctx, config)
-    for flag in ("backend", "search"):  # the build-cpu stage's [cpu] section (optcli/cpu/options.py)
-        if _given(ctx, flag):
-            config.extra.setdefault("cpu", {})[flag] = params[flag]
-    if params["time_budget"] is not None:
-        config.time_budget = params["time_budget"]
+    if params["no_unpad"]:
+        set_option(config, "unpad.enabled", False)
     return config
+
+
+# flag -> the setting it sets (set_option's key); flags that do more have their own code below.
+FLAGS = {
+    "out": "out", "target": "target", "force": "force", "backend": "cpu.backend", "search": "cpu.search",
+    "time_budget": "time_budget",
+    "opset": "export.opset", "static_batch": "export.static_batch", "allow_pickle": "export.allow_pickle",
+    "exporter": "export.exporter", "task": "export.task", "fuse_level": "fuse.level",
+    "transformer_fusion": "fuse.transformer", "bench_runs": "bench.runs", "threads": "bench.threads",
+    "calib": "quantize.calib", "eval_dir": "quantize.eval", "calib_reader": "quantize.calib_reader",
+    "calib_samples": "quantize.calib_samples", "calib_method": "quantize.calib_method",
+    "int8_flavour": "quantize.flavour", "fallback_budget": "quantize.fallback_budget",
+}
 
 
 def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dict[str, Any]) -> None:
@@ -88,28 +89,22 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
         raise UsageError(f"choose one precision, not {' and '.join('--' + c for c in chosen)}",
                          hint="compare precisions side by side with `optcli compare MODEL --variants fp32,fp16,int8`")
     if chosen:
-        q.precision = chosen[0]
-    for flag, field in (("calib", "calib"), ("eval_dir", "eval"), ("calib_reader", "calib_reader"),
-                        ("calib_samples", "calib_samples"), ("calib_method", "calib_method"),
-                        ("int8_flavour", "flavour")):
-        if _given(ctx, flag):
-            setattr(q, field, params[flag])
-    if params["calib_opt"]:
-        for item in params["calib_opt"]:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise UsageError(f"malformed --calib-opt {item!r}", hint="write key=value, e.g. --calib-opt size=224")
-            q.calib_options[key] = value
-    q.exclude_nodes += list(params["exclude"])
-    q.exclude_ops += list(params["exclude_op"])
+        set_option(config, "precision", chosen[0])
+    options = dict(q.calib_options)
+    for item in params["calib_opt"] or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"malformed --calib-opt {item!r}", hint="write key=value, e.g. --calib-opt size=224")
+        options[key] = value
+    set_option(config, "quantize.calib_options", options)
+    set_option(config, "quantize.exclude_nodes", q.exclude_nodes + list(params["exclude"]))
+    set_option(config, "quantize.exclude_ops", q.exclude_ops + list(params["exclude_op"]))
     if params["no_fallback"]:
-        q.fallback = False
-    if _given(ctx, "fallback_budget"):
-        q.fallback_budget = params["fallback_budget"]
+        set_option(config, "quantize.fallback", False)
     if params["tolerance"]:
         tol = parse_tolerance(params["tolerance"])
-        config.accuracy.cosine, config.accuracy.max_abs, config.accuracy.top1 = (
-            tol.get("cosine"), tol.get("max_abs"), tol.get("top1"))
+        for key in ("cosine", "max_abs", "top1"):
+            set_option(config, f"accuracy.{key}", tol.get(key))
 
 
 @click.command("compile")
@@ -123,7 +118,7 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--config", type=click.Path(path_type=Path), help="TOML config [./optcli.toml or [tool.optcli]].")
 @click.option("--trust-config", is_flag=True,
               help="Let the config file turn on running code (a --calib-reader plugin, --allow-pickle).")
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "openvino"]), default="auto", show_default=True,
+@click.option("--backend", type=RegistryChoice(backend_choices), default="auto", show_default=True,
               help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
 @click.option("--search", type=click.Choice(["fast", "thorough"]), default="fast", show_default=True,
               help="CPU candidates: fast builds the predicted winner first and another only while it could "
@@ -141,6 +136,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
                    "e.g. feature-extraction, text-classification, fill-mask, text-generation, image-classification.")
 @click.option("--no-simplify", is_flag=True, help="Skip the simplify stage.")
 @click.option("--no-fuse", is_flag=True, help="Skip the fuse stage.")
+@click.option("--no-unpad", is_flag=True,
+              help="Keep computing padded tokens (by default encoders with an attention mask skip them).")
 @click.option("--fuse-level", type=click.Choice(["basic", "extended"]), default="extended", show_default=True,
               help="basic keeps plain ONNX ops; extended adds onnxruntime fused ops (CPU).")
 @click.option("--transformer-fusion", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)

@@ -32,6 +32,9 @@ _GRAPH_LEVELS = ["all", "extended", "basic", "disabled"]
 @click.option("--preserve-ordering", is_flag=True, help="Return responses in request order.")
 @click.option("--instances", type=click.IntRange(1), default=1, show_default=True,
               help="Model instances (per GPU for --kind gpu).")
+@click.option("--backend", type=click.Choice(["python"]),
+              help="python: Triton's Python backend runs the artifact with optcli's runner (any artifact; the "
+                   "server's Python needs optcli). [the artifact's own: onnxruntime, openvino, tensorrt]")
 @click.option("--kind", type=click.Choice(["cpu", "gpu"]),
               help="Instance kind. [engine: gpu; ONNX: where the run targeted, cpu for a bare .onnx]")
 @click.option("--graph-level", type=click.Choice(_GRAPH_LEVELS),
@@ -46,7 +49,8 @@ _GRAPH_LEVELS = ["all", "extended", "basic", "disabled"]
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | None, force: bool,
                       max_batch_size: int | None, dynamic_batching: str | None, max_queue_delay_us: int | None,
-                      preserve_ordering: bool, instances: int, kind: str | None, graph_level: str | None,
+                      preserve_ordering: bool, instances: int, backend: str | None, kind: str | None,
+                      graph_level: str | None,
                       intra_op_threads: int | None, ort_tensorrt: bool, no_warmup: bool, inputs: tuple[str, ...],
                       as_json: bool) -> None:
     """Write a ready Triton Inference Server model repository entry for ARTIFACT_OR_REPORT (a run's
@@ -58,7 +62,7 @@ def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | 
     result = api.export_triton(source, repo, name=name, version=version, force=force,
                                max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
                                max_queue_delay_us=max_queue_delay_us, preserve_ordering=preserve_ordering,
-                               instances=instances, kind=kind, graph_level=graph_level,
+                               instances=instances, backend=backend, kind=kind, graph_level=graph_level,
                                intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt, warmup=not no_warmup,
                                inputs=list(inputs))
     if as_json:

@@ -22,6 +22,7 @@ COMMANDS = {
     "compare": "optcli.cli.compare_cmd:compare_cmd",
     "check": "optcli.cli.check_cmd:check_cmd",
     "debug-int8": "optcli.cli.debug_int8_cmd:debug_int8_cmd",
+    "serve": "optcli.cli.serve_cmd:serve_cmd",
 }
 
 

@@ -70,7 +70,7 @@ def profile_cmd(artifact: str, top: int, as_json: bool, plot: Path | None, pins:
     console = stdout_console()
     for table in _tables(result, top):
         console.print(table)
-    run = f"{result.run_ms:.4f} ms per run as onnxruntime timed it; " if result.run_ms else ""
+    run = f"{result.run_ms:.4f} ms per run as {result.runtime} timed it; " if result.run_ms else ""
     console.print(f"{run}kernels {result.kernel_ms_per_run:.4f} ms (sum of medians, {len(result.layers)} layers); "
                   "shares are of the median time per run, so a stall in one run does not move them")
     if plot is not None:

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from optcli.errors import UsageError
-from optcli.tensorrt.options import SECTION, TensorRTConfig, parse_batch, parse_size
+from optcli.backends.tensorrt.options import SECTION, parse_batch, parse_size, tensorrt_config
 
 _META_KEY = "optcli.tensorrt_flags"
 _TYPED = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT)
@@ -76,19 +76,13 @@ def tensorrt_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def apply_tensorrt_options(ctx: click.Context, config: Any) -> None:
     """Merge the typed TensorRT flags over the config file's [tensorrt] section (flags win)."""
+    from optcli.config import set_option
+
     flags = dict(ctx.meta.get(_META_KEY, {}))
-    section = config.extra.get(SECTION)
-    if not flags and section is None:
+    if not flags and config.extra.get(SECTION) is None:
         return
-    if isinstance(section, TensorRTConfig):
-        values: dict[str, Any] = section.to_json()
-    elif isinstance(section, dict):
-        values = {k.replace("-", "_"): v for k, v in section.items()}
-    elif section is None:
-        values = {}
-    else:
-        raise UsageError(f"[{SECTION}] must be a table", hint="e.g. [tensorrt] with workspace = \"4G\"")
     if flags.pop("no_engine_cache", False):
-        values["engine_cache_enabled"] = False
-    values.update(flags)
-    config.extra[SECTION] = TensorRTConfig.from_dict(values)
+        flags["engine_cache_enabled"] = False
+    for key, value in flags.items():
+        set_option(config, f"{SECTION}.{key}", value)
+    config.extra[SECTION] = tensorrt_config(config)  # typed (and checked) once the flags are in

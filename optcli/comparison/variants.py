@@ -2,8 +2,9 @@
 
 `--variants fp32,fp16,int8` names precisions; `--variant NAME:key=value,...` defines a variant of
 its own, e.g. `nofuse:fuse.enabled=false` or `int8-dyn:precision=int8,quantize.flavour=dynamic`.
-Keys are `precision`, `section.field` of the compile config (export, simplify, fuse, quantize,
-accuracy), or a bare field name as `optcli.compile(**options)` takes it. List fields take `a|b`.
+Keys are `precision`, `section.field` of any section of the compile config (optcli.config.SECTIONS:
+export, simplify, fuse, bench, accuracy, quantize, cpu, tensorrt), or a bare field name as
+`optcli.compile(**options)` takes it, all set by optcli.config.set_option. List fields take `a|b`.
 
 Each variant builds in its own folder. Stage folders another variant already finished are linked in
 first, so stages whose input and config are the same come back from the pipeline's cache (the
@@ -11,7 +12,6 @@ pipeline checks each one's key and sha256, so a linked folder that does not matc
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli.config import PRECISIONS, CompileConfig
+from optcli.config import PRECISIONS, SECTIONS, CompileConfig, UnknownOption, set_option
 from optcli.errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_SECTIONS = ("export", "simplify", "fuse", "quantize", "accuracy")
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 @dataclass
@@ -73,44 +71,15 @@ def parse_variants(names: list[str] | str, custom: list[str] | None = None) -> l
     return out
 
 
-def _coerce(current: Any, text: str, where: str) -> Any:
-    if isinstance(current, bool):
-        low = text.lower()
-        if low not in _TRUE + _FALSE:
-            raise UsageError(f"{where}: {text!r} is not true/false")
-        return low in _TRUE
-    try:
-        if isinstance(current, int):
-            return int(text)
-        if isinstance(current, float):
-            return float(text)
-    except ValueError:
-        raise UsageError(f"{where}: {text!r} is not a number") from None
-    if isinstance(current, list):
-        return [t for t in text.split("|") if t]
-    if isinstance(current, Path) or where.endswith(("calib", "eval")):
-        return Path(text)
-    if current is None and re.fullmatch(r"-?\d+(\.\d+)?", text):
-        return float(text) if "." in text else int(text)
-    return text
-
-
 def apply_variant(config: CompileConfig, variant: Variant) -> None:
-    """Set the variant's options on a compile config (precision, section.field, or a bare field)."""
+    """Set the variant's options on a compile config through set_option (precision, section.field, or a
+    bare field name); text values take the field's type."""
     for key, value in variant.options.items():
-        if key == "precision":
-            config.quantize.precision = value
-            continue
-        section_name, dot, field_name = key.rpartition(".")
-        sections = [section_name] if dot else list(_SECTIONS)
-        for name in sections:
-            section = getattr(config, name, None)
-            if section is not None and dataclasses.is_dataclass(section) and hasattr(section, field_name):
-                setattr(section, field_name, _coerce(getattr(section, field_name), value, f"--variant {variant.name}: {key}"))
-                break
-        else:
+        try:
+            set_option(config, key, value, text=True, where=f"--variant {variant.name}: {key}")
+        except UnknownOption:
             raise UsageError(f"--variant {variant.name}: unknown option {key!r}",
-                             hint="use precision, or section.field with a section of: " + ", ".join(_SECTIONS))
+                             hint="use precision, or section.field with a section of: " + ", ".join(SECTIONS)) from None
 
 
 def stage_folders(config: CompileConfig) -> list[str]:
@@ -156,13 +125,13 @@ def variant_config(model: str, variant: Variant, out: Path, base: dict[str, Any]
     """The compile config of one variant, validated (so a bad variant fails before any build)."""
     config = CompileConfig(model=model, out=out, inputs=list(base.get("inputs") or []),
                            target=base.get("target", "auto"), force=bool(base.get("force")))
-    config.bench.enabled = False  # compare measures every variant itself, in one interleaved run
+    set_option(config, "bench.enabled", False)  # compare measures every variant itself, in one interleaved run
     tol = base.get("tolerance") or {}
-    config.accuracy.cosine, config.accuracy.max_abs, config.accuracy.top1 = (
-        tol.get("cosine"), tol.get("max_abs"), tol.get("top1"))
+    for key in ("cosine", "max_abs", "top1"):
+        set_option(config, f"accuracy.{key}", tol.get(key))
     for key in ("calib", "eval"):
         if base.get(key) is not None:
-            setattr(config.quantize, key, Path(base[key]))
+            set_option(config, f"quantize.{key}", Path(base[key]))
     apply_variant(config, variant)
     try:
         config.validate()

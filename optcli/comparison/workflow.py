@@ -14,7 +14,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance, compare_outputs
 from optcli.atomic_write import write_text_atomic
-from optcli.benchmark.artifacts import ResolvedArtifact, open_artifact, resolve_artifact
+from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
 from optcli.benchmark.feeds import FeedSource
 from optcli.benchmark.sweep import NOISY_CV
 from optcli.comparison.interleave import InterleaveSettings, measure_interleaved

@@ -32,6 +32,34 @@ def candidate_key(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
+    """Everything a recipe's build may depend on (ctx: optcli/backends/recipe.RecipeContext): the cache key."""
+    from optcli.environment import package_version
+    from optcli.stages.base import config_dict
+
+    q = {k: v for k, v in config_dict(ctx.stage.config.quantize).items() if k not in ("calib", "eval")}
+    inputs: dict[str, Any] = {
+        # every graph the stages made (a recipe may start from any: the exporter's, the fused one); the
+        # user's own file shows through them, and hashing a large .pt2 again costs seconds
+        "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
+        "lineage": [a.sha256 for a in ctx.lineage if a.stage and a.path.is_file()], "quantize": q,
+        "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
+        "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
+    if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
+        inputs["others_passed"] = any(c.passed for c in ctx.candidates if c.backend == cand.backend
+                                      and c.precision == "int8")
+    return inputs
+
+
+def cpu_name_and_versions(package_version: Any) -> dict[str, Any]:
+    from optcli.environment import cpu_name
+
+    from optcli.backends import registry
+
+    packages = {p for b in registry.all_backends() if b.offers_cpu() for p in (b.package, *b.build_packages) if p}
+    return {"cpu": cpu_name(), "versions": {p: package_version(p) for p in sorted(packages)}}
+
+
 def _link(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.unlink(missing_ok=True)
@@ -64,9 +92,11 @@ def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, dict[str, Any]]
 
 
 def store(cache_dir: Path, key: str, model: Path, build: dict[str, Any]) -> None:
-    """Keep `model` (and its .bin beside an .xml) under `key`."""
+    """Keep `model` (and its companion files, e.g. an IR's .bin) under `key`."""
+    from optcli.backends.registry import companion_files
+
     entry = cache_dir / key
-    files = [model] + ([model.with_suffix(".bin")] if model.suffix == ".xml" else [])
+    files = [model, *companion_files(model)]
     if not all(f.is_file() for f in files):
         return
     for f in files:

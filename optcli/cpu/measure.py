@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from optcli.accuracy import compare_outputs
+from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.calibration.dataset import SampleSet
 from optcli.latency import median_ci, stats_from_samples
 from optcli.runtime.base import Runner
@@ -27,7 +27,7 @@ def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str
                     samples: SampleSet) -> dict[str, Any]:
     """compare_outputs of the runner against the FP32 reference on `samples` (labels give top-1)."""
     outs = runner_outputs(runner, samples)
-    summary = compare_outputs(reference, outs, names, labels=samples.labels)
+    summary = compare_outputs(reference, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary

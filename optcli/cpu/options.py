@@ -1,7 +1,7 @@
 """CpuConfig: the `[cpu]` section of a compile config (the build-cpu stage), and which backends exist.
 
     [cpu]
-    backend = "auto"        # --backend auto | onnxruntime | openvino
+    backend = "auto"        # --backend auto, or a registered backend with CPU recipes (onnxruntime, openvino)
     nncf = "auto"           # auto: an NNCF INT8 candidate where nncf is installed; off: never
     search = "fast"         # --search fast: build the predicted winner first, another only while it
                             # could still win, stop measuring what is clearly behind (optcli/search/);
@@ -14,19 +14,20 @@
     max_seconds = 30.0
     keep_candidates = false # keep every candidate's files under candidates/ (else only the chosen one)
 
-Stored in CompileConfig.extra["cpu"] (a dict from TOML or the CLI), so config.py did not change.
+Registered in optcli.config.SECTIONS; its values are kept in CompileConfig.extra["cpu"] as set (a dict,
+set_option checks the keys) and typed here. Which
+backends exist, what each can compute in and what it needs installed is the backend registry's answer.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from optcli.backends import registry
 from optcli.errors import MissingDependencyError, UsageError
 
 SECTION = "cpu"
-BACKENDS = ("auto", "onnxruntime", "openvino")
 NNCF_MODES = ("auto", "off")
 SEARCH_MODES = ("fast", "thorough")
 
@@ -47,8 +48,9 @@ class CpuConfig:
     keep_candidates: bool = False
 
     def validate(self) -> None:
-        if self.backend not in BACKENDS:
-            raise UsageError(f"unknown CPU backend {self.backend!r}", hint=f"use one of: {', '.join(BACKENDS)}")
+        choices = backend_choices()
+        if self.backend not in choices:
+            raise UsageError(f"unknown CPU backend {self.backend!r}", hint=f"use one of: {', '.join(choices)}")
         if self.nncf not in NNCF_MODES:
             raise UsageError(f"[cpu] nncf = {self.nncf!r}", hint="use auto or off")
         if self.search not in SEARCH_MODES:
@@ -79,18 +81,15 @@ def cpu_config(config: Any) -> CpuConfig:
     return cfg
 
 
-def installed(module: str) -> bool:
-    """Whether a backend's module can be imported, without importing it (--help stays fast)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+def backend_choices() -> tuple[str, ...]:
+    """What --backend and [cpu] backend take: auto, or a registered backend that builds CPU candidates."""
+    return ("auto", *registry.cpu_backend_names())
 
 
 def check_request(config: Any, target: str) -> CpuConfig:
     """Refuse, before anything runs, what no CPU backend here can do: a forced backend that is not
-    installed (exit 4, naming the extra), BF16 without OpenVINO, a backend with no path for the
-    precision asked for."""
+    installed (exit 4, naming the extra), a forced backend with no path for the precision asked for, a
+    precision only an absent backend computes in (BF16 without OpenVINO)."""
     cfg = cpu_config(config)
     precision = config.quantize.precision
     if target == "tensorrt":
@@ -98,15 +97,13 @@ def check_request(config: Any, target: str) -> CpuConfig:
             raise UsageError(f"--backend {cfg.backend} picks a CPU backend, but the target is tensorrt",
                              hint="use --target cpu with --backend, or drop --backend")
         return cfg
-    if cfg.backend == "openvino" and not installed("openvino"):
-        raise MissingDependencyError("openvino", "openvino", "--backend openvino")
-    if precision == "bf16":
-        if cfg.backend == "onnxruntime":
-            raise UsageError("onnxruntime has no BF16 path on the CPU",
-                             hint="use --backend openvino (or auto) for --bf16, or drop --bf16")
-        if not installed("openvino"):
-            raise MissingDependencyError("openvino", "openvino", "--bf16 on a CPU")
-    if precision == "fp16" and cfg.backend == "openvino":
-        raise UsageError("OpenVINO's CPU plugin has no FP16 arithmetic (it computes FP16 models in FP32 or BF16)",
-                         hint="use --bf16 with --backend openvino, or --fp16 with --backend onnxruntime")
+    if cfg.backend != "auto":
+        forced = registry.get(cfg.backend)
+        forced.require_installed(f"--backend {forced.name}")
+        refusal = next((r for r in forced.cpu_refusals if r[0] == precision), None)
+        if refusal is not None:
+            raise UsageError(refusal[1], hint=refusal[2])
+    able = [b for b in registry.all_backends() if b.offers_cpu() and precision in b.cpu_precisions]
+    if able and not any(b.installed() for b in able):
+        raise MissingDependencyError(able[0].package or able[0].name, able[0].extra or "cpu", f"--{precision} on a CPU")
     return cfg

@@ -36,6 +36,9 @@ def _cmd(lines: list[str]) -> str:
 
 def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int, repo: Path,
                 options: TritonOptions, notes: list[str]) -> str:
+    from optcli.deploy.triton_backend import piece_of
+
+    piece = piece_of(model)
     repo_arg = shlex.quote(str(repo))
     gpu = cfg.kind == "gpu"
     tree = cfg.tree
@@ -45,10 +48,7 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
              "(`optcli export-triton`).",
              "",
              f"- source: {model.source}",
-             (f"- backend: `{model.platform}`; model files: `{version}/model.xml` and `{version}/model.bin`"
-              if model.format == "openvino" else
-              f"- platform: `{model.platform}`; model file: `{version}/{model.filename}`"
-              + (" (a folder: the graph plus its external weights)" if model.external_data else "")),
+             piece.readme_files(model, version),
              f"- precision: {model.precision}; max_batch_size: {cfg.max_batch_size}"
              + ("" if batching else " (no batching: requests carry the full shape)"),
              "- dynamic batching: " + (("on, preferred batch sizes " + ", ".join(map(str, cfg.preferred_batch_sizes))
@@ -57,10 +57,7 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
                                           if options.max_queue_delay_us else ", no queue delay")
                                        if cfg.dynamic_batching else "off"),
              f"- instances: {options.instances} x {'KIND_GPU (per GPU)' if gpu else 'KIND_CPU'}"]
-    if model.format == "engine":
-        lines.append(f"- TensorRT {model.facts.get('tensorrt_version') or '(version not recorded)'}, built on "
-                     f"{model.facts.get('gpu') or '(GPU not recorded)'}: the server's TensorRT version and GPU "
-                     "architecture must match, or the engine will not deserialize")
+    lines += piece.readme_facts(model)
     lines += ["", "| tensor | | data_type | dims (config) |", "|---|---|---|---|"]
     for kind in ("input", "output"):
         for t in tree[kind]:
@@ -78,15 +75,15 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
     lines += ["", "## Serve", "",
               "Run from the folder where `optcli export-triton` was run (the repository is "
               f"`{repo}`). With Docker, picking the Triton release `<YY.MM>` "
-              + ("whose TensorRT matches the engine's:" if model.format == "engine" else
-                 "whose OpenVINO reads this IR (as new as the OpenVINO that wrote it, or newer):"
-                 if model.format == "openvino" else
-                 "whose ONNX Runtime supports this model's opset"
-                 + (f" ({model.facts['opset']})" if model.facts.get("opset") else "") + ":"), "",
+              + piece.readme_release(model), "",
               _cmd(["docker run --rm " + " ".join(docker_gpu + ["-p 8000:8000 -p 8001:8001 -p 8002:8002"]),
                     f'-v "$(realpath {repo_arg})":/models',
                     "nvcr.io/nvidia/tritonserver:<YY.MM>-py3",
                     f"tritonserver --model-repository=/models --model-control-mode=explicit --load-model={name}"]),
+              *(["", "The Python backend imports optcli: the Triton image needs it and the model's runtime "
+                  "(e.g. an image built `FROM nvcr.io/nvidia/tritonserver:<YY.MM>-py3` that runs "
+                  "`pip install 'optcli[cpu]'`). On one machine, `optcli serve` runs this without Docker "
+                  "(docs/serve.md)."] if model.platform == "python" else []),
               "", "or with `tritonserver` installed on the host:", "",
               _cmd([f'tritonserver --model-repository="$(realpath {repo_arg})"',
                     f"--model-control-mode=explicit --load-model={name}"]),

@@ -10,7 +10,6 @@ that Triton would try to load.
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ from typing import Any
 from optcli.version import __version__
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.deploy.pbtxt import render
+from optcli.deploy.triton_backend import piece_of
 from optcli.deploy.triton_config import ResolvedConfig, TritonOptions, build_config
+from optcli.deploy.triton_python import python_backend_model
 from optcli.deploy.triton_readme import readme_text
-from optcli.deploy.triton_source import ServedModel, resolve_source
+from optcli.deploy.triton_source import BACKEND_PYTHON, resolve_source
 from optcli.errors import UsageError
 
 MAX_NAME_LENGTH = 128
@@ -44,6 +45,9 @@ class TritonExport:
     replaced: bool
     config_text: str
     notes: list[str] = field(default_factory=list)
+    # Per input, concrete dims (without the batch when batching) where known: client examples.
+    example_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    tensors: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # input/output: (name, TYPE_*)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "repo": str(self.repo), "model_dir": str(self.model_dir),
@@ -90,40 +94,28 @@ def _check_repo(repo: Path) -> None:
             from None
 
 
-def _copy_model(model: ServedModel, dest: Path) -> Path:
-    """Copy the model file into a version folder; ONNX with external weights becomes a model.onnx/ folder;
-    an OpenVINO IR is model.xml + model.bin side by side (the backend reads the .bin beside the .xml)."""
-    if model.format == "openvino":
-        target = dest / model.filename
-        shutil.copy2(model.path, target)
-        shutil.copy2(model.path.with_suffix(".bin"), target.with_suffix(".bin"))
-        return target
-    if model.external_data:
-        # Triton's layout for multi-file ONNX: <version>/model.onnx/model.onnx plus the weight files.
-        folder = dest / model.filename
-        folder.mkdir()
-        shutil.copy2(model.path, folder / "model.onnx")
-        for rel in model.external_data:
-            target = folder / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(model.path.parent / rel, target)
-        return folder
-    target = dest / model.filename
-    shutil.copy2(model.path, target)
-    return target
+def _python_target(options: TritonOptions) -> bool:
+    if options.backend not in (None, BACKEND_PYTHON):
+        raise UsageError(f"unknown Triton backend {options.backend!r}",
+                         hint="use --backend python, or leave it out for the artifact's own backend")
+    return options.backend == BACKEND_PYTHON
 
 
 def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
-                  name: str | None = None, version: int | None = None, force: bool = False) -> TritonExport:
-    """Write a ready Triton model repository entry for `source` (report.json, .onnx, OpenVINO .xml, .engine)."""
+                  name: str | None = None, version: int | None = None, force: bool = False,
+                  command: str = "optcli export-triton") -> TritonExport:
+    """Write a ready Triton model repository entry for `source` (report.json, .onnx, OpenVINO .xml, .engine);
+    with `options.backend == "python"`, for Triton's Python backend running optcli's runner."""
     options = options or TritonOptions()
-    model = resolve_source(source)
+    python = _python_target(options)
+    model = (python_backend_model(source, threads=options.intra_op_threads, command=command) if python
+             else resolve_source(source))
     repo = Path(repo)
     model_name = sanitize_model_name(name if name else model.default_name)
     notes: list[str] = []
     if name and model_name != name:
         notes.append(f"model name {name!r} sanitised to {model_name!r}")
-    header = (f"Written by optcli {__version__} (optcli export-triton) from {source}.\n"
+    header = (f"Written by optcli {__version__} ({command}) from {source}.\n"
               "Checked against Triton's ModelConfig protobuf (model_config.proto) in optcli's tests.")
     resolved: ResolvedConfig = build_config(model, options, model_name, header=header)
     notes += resolved.notes
@@ -154,7 +146,7 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     model_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(model_dir)
     with atomic_dir(version_dir) as tmp:
-        copied = _copy_model(model, tmp)
+        copied = piece_of(model).copy(model, tmp)
     model_path = version_dir / copied.name
     config_path = model_dir / "config.pbtxt"
     write_text_atomic(config_path, config_text)
@@ -163,4 +155,8 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     return TritonExport(name=model_name, version=version, repo=repo, model_dir=model_dir, config_path=config_path,
                         model_path=model_path, readme_path=readme_path, platform=model.platform,
                         max_batch_size=resolved.max_batch_size, kind=resolved.kind, instances=options.instances,
-                        replaced=replaced, config_text=config_text, notes=notes)
+                        replaced=replaced, config_text=config_text, notes=notes,
+                        example_dims={t["name"]: tuple(resolved.perf_shapes.get(t["name"], t["dims"]))
+                                      for t in resolved.tree["input"]},
+                        tensors={k: [(t["name"], str(t["data_type"])) for t in resolved.tree[k]]
+                                 for k in ("input", "output")})

@@ -20,6 +20,7 @@ from optcli.artifact import sha256_file
 from optcli.atomic_write import atomic_path, write_text_atomic
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError, UsageError
+from optcli.onnx_model import is_large
 from optcli.optional_imports import require
 
 METHODS = ("minmax", "entropy", "percentile")
@@ -108,7 +109,7 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
     with tempfile.TemporaryDirectory(prefix="optcli-calib-") as tmp, contextlib.redirect_stdout(io.StringIO()):
         try:
             calibrator = q.create_calibrator(model_path, list(op_types), augmented_model_path=str(Path(tmp) / "aug.onnx"),
-                                             calibrate_method=ort_method, providers=["CPUExecutionProvider"],
+                                             calibrate_method=ort_method, use_external_data_format=is_large(model_path), providers=["CPUExecutionProvider"],
                                              extra_options=extra)
             calibrator.collect_data(_Reader(samples))
             ranges = calibrator.compute_data()

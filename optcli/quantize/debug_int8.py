@@ -14,6 +14,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.config import QuantizeConfig
+from optcli.backends.registry import is_onnx_file
 from optcli.errors import UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
 from optcli.quantize.calibrate import compute_ranges
@@ -45,7 +46,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
     from optcli.calibration.split import split_calibration  # the INT8 stage's own calib/eval split
 
     path = Path(model)
-    if path.suffix != ".onnx" or not path.is_file():
+    if not is_onnx_file(path) or not path.is_file():
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
                          hint="compile it first (optcli compile MODEL) and pass OUT/03-fuse/model.onnx (module names are read from the run's export)")
     if target not in ("cpu", "tensorrt"):

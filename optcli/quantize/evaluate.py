@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from optcli.accuracy import compare_outputs
+from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.calibration.dataset import SampleSet
 
 EVAL_BATCH = 32
@@ -15,7 +15,7 @@ EVAL_BATCH = 32
 def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = None,
               runner_options: dict[str, Any] | None = None) -> tuple[list[np.ndarray], list[str]]:
     """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors."""
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     target = path
     if extra_outputs:
@@ -66,7 +66,7 @@ def expose_tensors(path: Path, tensors: list[str]) -> Path:
     """A copy of the model with `tensors` added as float graph outputs (beside the model)."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the copy sits beside `path`: same weights file
     have = {o.name for o in model.graph.output}
     for t in tensors:
         if t not in have:
@@ -80,7 +80,7 @@ def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: Samp
              runner_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy)."""
     outs, names = run_model(candidate, samples, runner_options=runner_options)
-    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels)
+    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary

@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from optcli.errors import StageError
-from optcli.onnx_model import load_onnx, save_onnx
+from optcli.onnx_model import is_large, copy_external_data, load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.flavour import Flavour, reduce_range
 
 
 def name_nodes(src: Path, dst: Path) -> list[str]:
-    """Copy the model giving every node a unique name (exclusion works by node name)."""
-    model = load_onnx(src)
+    """Copy the model giving every node a unique name (exclusion works by node name); external weights
+    are copied, not loaded."""
+    model = load_onnx(src, load_weights=False)
+    copy_external_data(model, src, dst)
     seen: set[str] = set()
     for i, node in enumerate(model.graph.node):
         if not node.name or node.name in seen:
@@ -38,6 +40,7 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # quantize_static warns on root
     try:
+        large = is_large(src)  # the INT8 model is ~4x smaller, but ORT builds it before it knows
         with contextlib.redirect_stdout(io.StringIO()):
             if flavour.static:
                 q.quantize_static(
@@ -45,7 +48,7 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
                     op_types_to_quantize=list(flavour.op_types), per_channel=True,
                     reduce_range=reduce_range(flavour),
                     activation_type=q.QuantType.QInt8 if flavour.activation_signed else q.QuantType.QUInt8,
-                    weight_type=q.QuantType.QInt8, nodes_to_exclude=list(exclude),
+                    weight_type=q.QuantType.QInt8, nodes_to_exclude=list(exclude), use_external_data_format=large,
                     calibrate_method={"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                                       "percentile": q.CalibrationMethod.Percentile}[method],
                     calibration_cache_path=str(ranges),
@@ -58,7 +61,8 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
                 excluded = list(exclude) + [f"{n}_MatMul" for n in exclude]
                 q.quantize_dynamic(str(src), str(dst), op_types_to_quantize=list(flavour.op_types),
                                    per_channel=False, reduce_range=False, weight_type=q.QuantType.QInt8,
-                                   nodes_to_exclude=excluded, extra_options={"MatMulConstBOnly": True})
+                                   nodes_to_exclude=excluded, use_external_data_format=large,
+                                   extra_options={"MatMulConstBOnly": True})
     except Exception as exc:
         raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="exclude the failing node with --exclude NODE, or its op type with --exclude-op") from exc

@@ -14,10 +14,11 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
@@ -29,7 +30,7 @@ from optcli.quantize.units import compute_units
 
 def _quick_latency(path: Path, samples: SampleSet) -> float:
     """p50 ms at batch 1 (ORT, all optimizations): the before/after figure of the fallback."""
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(path)
     try:
@@ -51,7 +52,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
     `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
-    from optcli.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.preflight import require_clean
 
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
@@ -110,7 +111,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
-    fp32.unlink()
+    remove_onnx(fp32)
     details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour)}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
@@ -123,7 +124,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
     if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
-    return (Artifact(out, "onnx", precision="int8", stage=stage_name, parent=artifact.sha256,
+    return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
                      meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),
                            "accuracy": judged(final_acc, artifact.sha256, ev)}),
             details, final_acc)
@@ -149,7 +150,7 @@ def user_excludes(ctx: Any, model: Any) -> list[str]:
 def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
-    return [a.path for a in seen if getattr(a, "format", None) == "onnx" and a.path.exists()]
+    return [a.path for a in seen if getattr(a, "format", None) == ONNX and a.path.exists()]
 
 
 def fallback_deferred(ctx: Any) -> bool:
@@ -161,8 +162,14 @@ def fallback_deferred(ctx: Any) -> bool:
 
 
 def _cpu_candidates_follow(ctx: Any) -> bool:
-    """Whether build-cpu will try its own INT8 candidates (OpenVINO, NNCF) after this stage."""
-    from optcli.cpu.options import cpu_config, installed
+    """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
+    that runs this stage's ONNX as it is) after this stage."""
+    from optcli.backends.registry import all_backends, for_format
+    from optcli.cpu.options import cpu_config
 
-    return ctx.target == "cpu" and installed("openvino") and cpu_config(ctx.config).backend != "onnxruntime"
+    if ctx.target != "cpu":
+        return False
+    forced, own = cpu_config(ctx.config).backend, for_format(ONNX).name
+    return any(b.name != own and "int8" in b.cpu_precisions and b.installed() and forced in ("auto", b.name)
+               for b in all_backends())
 

@@ -14,8 +14,8 @@ WARMUP = 2
 
 def node_time_shares(model: Path, samples: SampleSet, runs: int = RUNS) -> dict[str, float]:
     """{node name: share of the summed kernel time} at batch 1 over `runs` profiled runs."""
-    from optcli.profiling.onnxruntime_profile import parse_trace
-    from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+    from optcli.backends.onnxruntime.profile import parse_trace
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     with tempfile.TemporaryDirectory(prefix="optcli-share-") as tmp:
         runner = OnnxRuntimeRunner(model, optimization="disabled", profile_prefix=str(Path(tmp) / "ort"))

@@ -44,7 +44,9 @@ class Unit:
 
 def compute_units(model_path: Path, flavour: Flavour, origins: list[Path] = ()) -> tuple[list[Unit], float]:
     """(units in graph order, the model's total FLOPs per sample) for what `flavour` quantizes."""
-    model = load_onnx(model_path)
+    # Shapes and dims only: external weights stay on disk (a 2 GB model would be copied twice here,
+    # and shape inference cannot serialize a proto over 2 GiB).
+    model = load_onnx(model_path, load_weights=False)
     modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in origins if p.exists()])
     flops = node_flops(model)
     producer = {o: n for n in model.graph.node for o in n.output}

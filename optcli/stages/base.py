@@ -16,7 +16,7 @@ from optcli.artifact import Artifact
 
 if TYPE_CHECKING:
     from optcli.config import CompileConfig
-    from optcli.model_source import ModelSource, TorchModel
+    from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.tensor_spec import TensorSpec
 
 _REGISTRY: dict[str, type[Stage]] = {}
@@ -43,7 +43,9 @@ class StageContext:
 
 @dataclass
 class StageResult:
-    """A stage's output artifact and what it wants the report to say about the work."""
+    """A stage's output artifact and what it wants the report to say about the work. A stage whose own
+    analysis finds it does not apply puts the reason in details["skipped"] (its artifact a copy of the
+    input): the pipeline reports it skipped and goes on with the input."""
 
     artifact: Artifact
     details: dict[str, Any] = field(default_factory=dict)

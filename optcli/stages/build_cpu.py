@@ -1,18 +1,21 @@
 """Stage build-cpu: the fastest CPU artifact at the accuracy asked for, chosen by measurement.
 
-For `--target cpu` (and `auto` without a usable GPU) it builds the candidates the installed
-backends offer for the requested precision (optcli/cpu/candidates.py: ONNX Runtime on the input
-ONNX; OpenVINO IRs in FP32, BF16, or INT8 from the quantize stage's Q/DQ, re-quantized s8/s8 Q/DQ or
-NNCF), checks each against the FP32 ONNX on held-out data with the quantize stages' tolerance,
-measures them all in ONE interleaved run, and keeps the fastest that meets the tolerance. Every
-candidate's build, accuracy and latency is in the stage details; `--backend` forces one backend.
+For `--target cpu` (and `auto` without a usable GPU) it builds the candidates the registered backends'
+recipes offer for the requested precision (optcli/backends/<name>/recipes/, planned by
+optcli/cpu/candidates.py: today ONNX Runtime on the input ONNX; OpenVINO IRs in FP32, BF16, or INT8 from
+the quantize stage's Q/DQ, re-quantized s8/s8 Q/DQ or NNCF), checks each against the FP32 ONNX on
+held-out data with the quantize stages' tolerance, measures them in ONE interleaved run, and keeps
+the fastest that meets the tolerance. Which candidates are built and how long they are measured is
+the search's (optcli/search/, driven by optcli/cpu/search_run.py): fast by default (the predicted
+winner first, another only while it could still win, sequential elimination), thorough on request
+(every candidate). Every candidate's build, accuracy, latency and seconds is in the stage details;
+`--backend` forces one backend.
 
 It is reported as skipped when the target is tensorrt, or when there is nothing to choose (one
 candidate: the input as it is).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import re
@@ -21,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
-from optcli.artifact import Artifact, sha256_file
+from optcli.artifact import Artifact, onnx_external_files, sha256_file
+from optcli.backends import registry
+from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
-from optcli.cpu.candidates import ORT, OV, Candidate, choose, plan
-from optcli.cpu.options import CpuConfig, check_request, cpu_config, installed
+from optcli.cpu.candidates import Candidate, choose, plan
+from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
@@ -34,13 +39,12 @@ from optcli.tensor_spec import random_inputs
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999
-OV_HINTS = {"fp32": "f32", "bf16": "bf16"}
 QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_ms": 20.0, "switch_ms": 5.0}
 
 
 @register
 class BuildCpuStage(Stage):
-    """The input ONNX -> the fastest CPU artifact (ONNX Runtime ONNX or OpenVINO IR) within tolerance."""
+    """The input ONNX -> the fastest CPU artifact (of any registered backend's recipes) within tolerance."""
 
     name = "build-cpu"
     order = 50
@@ -77,34 +81,32 @@ class BuildCpuStage(Stage):
     def candidates(self, artifact: Artifact) -> list[Candidate]:
         cfg = self.options()
         precision = self.ctx.config.quantize.precision
-        has_ov = installed("openvino")
-        nncf: bool | str = True
-        if cfg.nncf == "off":
-            nncf = "[cpu] nncf = \"off\""
-        elif not installed("nncf"):
-            nncf = "nncf is not installed (pip install nncf)"
-        bf16 = None
-        if precision == "bf16" and has_ov and cfg.backend != "onnxruntime":
-            from optcli.runtime.openvino_runner import cpu_supports_bf16
-
-            bf16 = cpu_supports_bf16()
+        facts = {b.name: registry.load_object(b.cpu_facts)(precision, cfg)
+                 for b in registry.all_backends() if b.cpu_facts}
         dynamic = encoder = False
-        if precision == "int8":
+        if precision == "int8" and artifact.format == registry.ONNX:
             ops = op_histogram(load_onnx(artifact.path, load_weights=False))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
-        return plan(precision, cfg.backend, openvino=has_ov, nncf=nncf, bf16=bf16, encoder=encoder,
-                    input_flavour=artifact.meta.get("flavour"), dynamic_input=dynamic)
+        return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
+                                dynamic_input=dynamic, encoder=encoder, input_format=artifact.format,
+                                torch_source=self.ctx.source.is_torch, batch=self.ctx.config.bench.batch,
+                                facts=facts))
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         if self.ctx.target != "cpu":
             return f"target is {self.ctx.target} (build_tensorrt builds for it)"
-        if artifact.format != "onnx":
+        if artifact.format != registry.ONNX and not self.ctx.source.is_torch:
             return f"input is {artifact.format}, not ONNX"
         check_request(self.ctx.config, "cpu")
         cands = self.candidates(artifact)
         built = [c for c in cands if not c.skip]
         why = "; ".join(f"{c.name}: {c.skip}" for c in cands if c.skip)
+        forced = [c for c in cands if c.backend == self.options().backend]
+        if not built and forced:  # --backend X, and X cannot build for this input: say why X cannot
+            raise UsageError(f"--backend {forced[0].backend} cannot build this model: "
+                             + "; ".join(f"{c.name}: {c.skip}" for c in forced),
+                             hint="drop --backend (auto chooses among the installed backends)")
         if not built:
             raise UsageError(f"no CPU backend here can run {self.ctx.config.quantize.precision}: {why}",
                              hint="pick another precision, or install the backend it names")
@@ -122,7 +124,8 @@ class BuildCpuStage(Stage):
                 "bench": {"batch": bench.batch, "threads": bench.threads},
                 # The choice is a measurement on this machine with these libraries.
                 "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
-                "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")},
+                "versions": {p: package_version(p) for b in registry.all_backends() if b.offers_cpu()
+                             for p in (b.package, *b.build_packages) if p},
                 # A search cut short by --time-budget is the answer to that budget only.
                 **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
@@ -136,30 +139,6 @@ class BuildCpuStage(Stage):
         seen = list(self.ctx.facts.get("artifacts", {}).values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
 
-    def _float_onnx(self, artifact: Artifact) -> Artifact:
-        """The FP32 ONNX the input came from (the quantize stage's input; the input itself at fp32)."""
-        for a in self._lineage(artifact):
-            if a.format == "onnx" and a.precision == "fp32" and a.path.exists():
-                return a
-        raise StageError("cannot find the FP32 ONNX this model was made from",
-                         hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
-
-    def _openvino_source(self, artifact: Artifact) -> Artifact:
-        """The oldest FP32 ONNX of the run (the exporter's, or the user's own), for OpenVINO: its
-        frontend fuses for itself, and later rewrites cost it. NNCF INT8 of MiniLM ran 28% slower
-        from the simplified graph (MatMuls as Reshape + Gemm + Reshape), NNCF INT8 of BERT-base 10%
-        slower from the graph with onnxruntime's transformer fusions."""
-        for a in reversed(self._lineage(artifact)):
-            if a.format == "onnx" and a.precision == "fp32" and a.path.exists():
-                return a
-        return self._float_onnx(artifact)
-
-    def _quantize_source(self, artifact: Artifact) -> Artifact:
-        """The FP32 ONNX an OpenVINO INT8 candidate starts from: the exporter's graph, unless the user
-        excluded nodes by name (the names are those of the quantize stage's input graph)."""
-        q = self.ctx.config.quantize
-        return self._float_onnx(artifact) if q.exclude_nodes else self._openvino_source(artifact)
-
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
         else random inputs (an FP32/BF16 run without --calib/--eval)."""
@@ -172,22 +151,17 @@ class BuildCpuStage(Stage):
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        from optcli.quantize.evaluate import reference_outputs
-
         cfg = self.options()
         tol = self.tolerance()
         cands = self.candidates(artifact)
-        float_art = self._float_onnx(artifact)
-        specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
-        calib, ev = self._data(specs)
-        reference, names = reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev)
-        search, timing = self._search(cands, artifact, workdir, calib, ev, (reference, names, tol), cfg, float_art)
+        float_art, (calib, ev, reference, names) = self._reference(artifact)
+        judge = (reference, names, tol)
+        search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
         if artifact.meta.get("fallback_deferred") and not any(c.passed for c in cands):
             # The INT8 stage left its fallback search to us: the last resort, now that nothing else passed.
-            last = Candidate(f"{cands[0].name} (fallback)", ORT, "int8", "fallback")
+            last = Candidate(f"{cands[0].name} (fallback)", cands[0].backend, "int8", "fallback", simplicity=8)
             cands.append(last)
-            _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, (reference, names, tol), cfg,
-                                                 float_art)
+            _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, judge, cfg, float_art)
         chosen, why = choose(cands)
         if chosen is None:
             ran = [c for c in cands if c.accuracy is not None]
@@ -198,6 +172,8 @@ class BuildCpuStage(Stage):
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
         if search.degraded:
             why = f"{why} ({search.degraded})"
+        if artifact.format != registry.ONNX and artifact.stage is not None:
+            why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
         out = self._place(chosen, artifact, workdir)
         if not cfg.keep_candidates:
             shutil.rmtree(workdir / "candidates", ignore_errors=True)
@@ -209,111 +185,85 @@ class BuildCpuStage(Stage):
             "search": {k: v for k, v in search.to_json().items() if k != "candidates"},
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
-                                        "on onnxruntime"},
+                                        "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
         accuracy = dict(chosen.accuracy or {})
-        accuracy["reference"] = "fp32-onnx"
+        accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
 
+    def _reference(self, artifact: Artifact) -> tuple[Artifact | None, tuple]:
+        """The FP32 ONNX (None where the run made no ONNX) and (calibration set, evaluation set, reference
+        outputs on it, output names): from the FP32 ONNX on onnxruntime, else from PyTorch eager."""
+        from optcli.quantize.evaluate import reference_outputs, runner_outputs
+
+        if artifact.format == registry.ONNX:
+            float_art = newest_float_onnx(self._lineage(artifact))
+            specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
+            calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
+            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev))
+        from optcli.backends.torch.runner import TorchRunner
+
+        assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
+        calib, ev = self._data(self.ctx.inputs)
+        with TorchRunner(self.ctx.torch_model.module, self.ctx.inputs) as runner:
+            reference = runner_outputs(runner, ev)
+            return None, (calib, ev, reference, [o.name for o in runner.outputs])
+
     def _search(self, cands: list[Candidate], artifact: Artifact, workdir: Path, calib: SampleSet | None,
-                ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact) -> tuple[Any, dict[str, Any]]:
+                ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact | None) -> tuple[Any, dict[str, Any]]:
         """Build, check and measure the candidates through optcli/search (fast or thorough)."""
         from optcli.cpu.search_run import features, search_candidates
         from optcli.quantize.flavour import u8s8_saturates
 
         reference, names, tol = judge
-        threads = self.ctx.config.bench.threads
-        batch = self.ctx.config.bench.batch
+        threads, batch = self.ctx.config.bench.threads, self.ctx.config.bench.batch
         sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
         arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
                                                                         int_high=self.ctx.int_high)
-        ops = op_histogram(load_onnx(float_art.path, load_weights=False))
-        weights = float_art.size_bytes + sum((float_art.path.parent / f).stat().st_size
-                                             for f in float_art.meta.get("external_data", []))
+        ops = op_histogram(load_onnx(float_art.path, load_weights=False)) if float_art else {}
+        model = float_art.path if float_art else self.ctx.source.path
+        weights = sum(p.stat().st_size for p in (model, *[model.parent / f for f in onnx_external_files(model)])
+                      if p.is_file()) if float_art else model.stat().st_size
         feats = features(self.ctx.config.quantize.precision, ops, looks_like_encoder(ops), weights, u8s8_saturates())
 
-        def folder(cand: Candidate) -> Path:
-            return workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
+        def build(cand: Candidate) -> None:
+            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
+            self._build(cand, RecipeContext(
+                stage=self.ctx, artifact=artifact, lineage=self._lineage(artifact), calib=calib, eval=ev,
+                precision=self.ctx.config.quantize.precision, tolerance=tol, cpu=cfg, workdir=workdir,
+                folder=folder, candidates=cands, records={"candidate": cand.name, "source_sha256": artifact.sha256}))
 
         result, timing = search_candidates(
-            cands, build=lambda c: self._build_cached(c, artifact, folder(c), (calib, ev), cands),
-            check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
+            cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
             deadline=self.ctx.facts.get("deadline"))
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing
 
-    def _build_cached(self, cand: Candidate, artifact: Artifact, folder: Path, data: tuple, cands: list[Candidate]) -> None:
-        """_build, or the same candidate from the candidate cache (optcli/cpu/candidate_cache.py)."""
+    def _build(self, cand: Candidate, ctx: RecipeContext) -> None:
+        """The candidate's recipe, or the same build from the candidate cache; the deferred
+        INT8 fallback is the quantize stage's own work, run here."""
         from optcli.cpu import candidate_cache
 
-        calib, ev = data
-        if cand.backend != OV:  # the input as it is, or the deferred fallback: nothing worth caching
-            self._build(cand, artifact, folder, calib, cands)
-            return
-        cache_dir = self.ctx.out_dir / candidate_cache.FOLDER
-        key = candidate_cache.candidate_key(self._build_inputs(cand, artifact, calib, ev, cands))
-        hit = None if self.ctx.config.force else candidate_cache.load(cache_dir, key, folder)
-        if hit is not None:
-            cand.path, build = hit
-            cand.build = {**build, "cache": "hit"}
-            hint = build.get("inference_precision", "f32")
-            cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
-            return
-        self._build(cand, artifact, folder, calib, cands)
-        if cand.path is not None:
-            candidate_cache.store(cache_dir, key, cand.path, cand.build)
-
-    def _build_inputs(self, cand: Candidate, artifact: Artifact, calib: SampleSet | None, ev: SampleSet,
-                      cands: list[Candidate]) -> dict[str, Any]:
-        """Everything a candidate's build depends on: the cache key hashes it."""
-        q = {k: v for k, v in config_dict(self.ctx.config.quantize).items() if k not in ("calib", "eval")}
-        inputs: dict[str, Any] = {
-            # every graph the stages made (a recipe may start from any: the exporter's, the fused one); the
-            # user's own file shows through them, and hashing a large .pt2 again costs seconds
-            "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
-            "lineage": [a.sha256 for a in self._lineage(artifact) if a.stage and a.path.is_file()], "quantize": q,
-            "calib": calib.digest() if calib is not None else None, "eval": ev.digest(),
-            "tolerance": self.tolerance().to_json(), "hint": OV_HINTS.get(cand.precision) or self._int8_remainder(),
-            "versions": {p: package_version(p) for p in ("onnxruntime", "openvino", "nncf")}}
-        if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
-            inputs["fallback"] = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
-        return inputs
-
-    def _build(self, cand: Candidate, artifact: Artifact, folder: Path, calib: SampleSet | None,
-               cands: list[Candidate]) -> None:
-        from optcli.cpu.openvino_ir import convert_onnx, nncf_int8
-
-        facts = {"candidate": cand.name, "source_sha256": artifact.sha256}
-        if cand.recipe == "input":
-            cand.path = artifact.path
-            cand.runner_options = dict(artifact.meta.get("runner_options", {}))
-            cand.build = {"from": "the input artifact", "flavour": artifact.meta.get("flavour")}
-            return
         if cand.recipe == "fallback":
-            cand.path, cand.build = self._int8_fallback(self._float_onnx(artifact), folder)
+            cand.path, cand.build = self._int8_fallback(ctx.float_onnx(), ctx.folder)
+            cand.format, cand.runner_options = registry.ONNX, {}
             return
-        hint = OV_HINTS.get(cand.precision) or self._int8_remainder()
-        if cand.recipe == "convert":
-            cand.path, cand.build = convert_onnx(self._openvino_source(artifact).path, folder, hint, facts)
-        elif cand.recipe == "convert-input":
-            cand.path, cand.build = convert_onnx(artifact.path, folder, hint, facts)
-        elif cand.recipe in ("nncf", "nncf-transformer"):
-            named = self._named_float(self._quantize_source(artifact), folder.parent.parent)
-            q = self.ctx.config.quantize
-            cand.path, cand.build = nncf_int8(named, folder, calib, transformer=cand.recipe == "nncf-transformer",
-                                              exclude_nodes=self._excluded_nodes(named), exclude_ops=q.exclude_ops, facts=facts,
-                                              precision=hint)
-        elif cand.recipe == "requantize-s8s8":
-            # Another OpenVINO INT8 candidate already within tolerance makes the (slow) fallback moot.
-            fallback = not any(c.passed for c in cands if c.backend == OV and c.precision == "int8")
-            onnx_path, info = self._requantize(self._quantize_source(artifact), folder / "qdq", fallback)
-            cand.path, cand.build = convert_onnx(onnx_path, folder, hint, facts)
-            cand.build.update(info)
-        else:
-            raise StageError(f"unknown candidate recipe {cand.recipe!r}")
-        cand.build["inference_precision"] = hint
-        cand.runner_options = {"precision": {"f32": "fp32"}.get(hint, hint)}
+        assert cand.builder is not None
+        cache_dir = self.ctx.out_dir / candidate_cache.FOLDER
+        key = candidate_cache.candidate_key(candidate_cache.build_inputs(cand, ctx))
+        hit = None if self.ctx.config.force else candidate_cache.load(cache_dir, key, ctx.folder)
+        if hit is not None and isinstance(hit[1].get("format"), str) and hit[1]["format"] in registry.formats():
+            cand.path, build = hit
+            cand.format, cand.build = build["format"], {**build["details"], "cache": "hit"}
+            cand.runner_options = build["runner_options"]
+            return
+        built = cand.builder.build(cand, ctx)
+        if built.path != ctx.artifact.path:  # something built here (not the input as it is)
+            candidate_cache.store(cache_dir, key, built.path, {"format": built.format, "details": built.details,
+                                                               "runner_options": built.runner_options})
+        cand.path, cand.format = built.path, built.format
+        cand.runner_options, cand.build = built.runner_options, built.details
 
     def _int8_fallback(self, float_art: Artifact, folder: Path) -> tuple[Path, dict[str, Any]]:
         """The quantize stage's INT8 (same flavour, data and ranges) with its fallback search run here."""
@@ -327,55 +277,11 @@ class BuildCpuStage(Stage):
         return made.path, {"from": float_art.path.name, "flavour": made.meta.get("flavour"),
                            "fallback_excluded": fb.get("excluded_nodes", []), "fallback_seconds": fb.get("seconds")}
 
-    def _excluded_nodes(self, named: Path) -> list[str]:
-        """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
-        from optcli.quantize.int8_with_fallback import user_excludes
-
-        return user_excludes(self.ctx, load_onnx(named, load_weights=False))
-
-    def _int8_remainder(self) -> str:
-        """What the ops left in float compute in, in an OpenVINO INT8 model: BF16 where the CPU has it
-        (OpenVINO's own default there), else FP32. The gate measures the result either way."""
-        from optcli.runtime.openvino_runner import cpu_supports_bf16
-
-        return "bf16" if cpu_supports_bf16() else "f32"
-
-    def _named_float(self, float_art: Artifact, workdir: Path) -> Path:
-        """The FP32 ONNX with every node named as the quantize stage names them (--exclude matches)."""
-        from optcli.quantize.int8 import name_nodes
-
-        named = workdir / f"float-{float_art.sha256[:12]}-named.onnx"
-        if not named.exists():
-            name_nodes(float_art.path, named)
-        return named
-
-    def _requantize(self, float_art: Artifact, folder: Path, fallback: bool) -> tuple[Path, dict[str, Any]]:
-        """s8/s8 Q/DQ (symmetric int8 activations, zero point 0) through the quantize stage itself:
-        same calibration data and range cache, same gate and automatic fallback."""
-        from optcli.quantize.int8_with_fallback import quantize_int8
-
-        config = copy.deepcopy(self.ctx.config)
-        config.quantize.flavour = "qdq-s8s8"
-        config.quantize.fallback = config.quantize.fallback and fallback
-        folder.mkdir(parents=True, exist_ok=True)
-        a = config.accuracy
-        artifact, details, accuracy = quantize_int8(dataclasses.replace(self.ctx, config=config), float_art, folder,
-                                                    effective("int8", a.cosine, a.max_abs, a.top1))
-        result = StageResult(artifact, details, accuracy=accuracy)
-        d = result.details
-        why_off = "another OpenVINO INT8 candidate already meets the tolerance" if not fallback else "--no-fallback"
-        info = {"flavour": "int8-qdq-s8s8", "quantize_attempts": len(d.get("attempts", [])),
-                "fallback": "on" if config.quantize.fallback else f"off ({why_off})",
-                "excluded_nodes": (d.get("fallback") or {}).get("excluded_nodes", []),
-                "onnxruntime_accuracy": {k: round(v, 6) for k, v in (result.accuracy or {}).items()
-                                         if k in ("cosine_mean", "top1_agreement") and isinstance(v, float)}}
-        return result.artifact.path, info
-
     def _evaluate(self, cand: Candidate, reference: list, names: list[str], ev: SampleSet, tol: Tolerance,
                   threads: int | None, artifact: Artifact | None = None, float_art: Artifact | None = None) -> None:
         from optcli.cpu.measure import runner_accuracy
 
-        known = artifact.meta.get("accuracy") if artifact is not None and cand.recipe == "input" else None
+        known = artifact.meta.get("accuracy") if artifact is not None and cand.path == artifact.path else None
         if isinstance(known, dict) and float_art is not None and \
                 known.get("judged") == {"reference": float_art.sha256, "eval": ev.digest()}:
             # The INT8 stage judged this very graph against the same FP32 model on the same data.
@@ -393,38 +299,34 @@ class BuildCpuStage(Stage):
     def _open(self, cand: Candidate, threads: int | None) -> Any:
         from optcli.runtime import open_runner
 
-        fmt = "openvino" if cand.backend == OV else "onnx"
-        return open_runner(cand.path, fmt, threads=threads, **cand.runner_options)
+        return open_runner(cand.path, cand.format, threads=threads, **cand.runner_options)
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
-        """Put the chosen model at the stage folder's top level (model.xml + model.bin, or model.onnx)."""
-        assert chosen.path is not None
+        """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where
+        it runs as it is, else the built file with its companions (an IR's model.xml + model.bin)."""
+        assert chosen.path is not None and chosen.format is not None
         meta: dict[str, Any] = {"candidate": chosen.name, "runner_options": chosen.runner_options}
-        if chosen.backend == OV:
-            for src in (chosen.path, chosen.path.with_suffix(".bin")):
+        if chosen.path != artifact.path:
+            for src in (chosen.path, *registry.companion_files(chosen.path)):
                 shutil.move(str(src), str(workdir / src.name))
             meta["flavour"] = chosen.name
-            return Artifact(workdir / chosen.path.name, "openvino", precision=chosen.precision, stage=self.name,
-                            parent=artifact.sha256, backend="openvino", meta=meta)
-        target = workdir / "model.onnx"
-        if chosen.path != artifact.path:  # built here (the deferred INT8 fallback)
-            shutil.move(str(chosen.path), str(target))
-            return Artifact(target, "onnx", precision=chosen.precision, stage=self.name, parent=artifact.sha256,
-                            backend="onnxruntime", meta={**meta, "flavour": chosen.build.get("flavour")})
+            return Artifact(workdir / chosen.path.name, chosen.format, precision=chosen.precision, stage=self.name,
+                            parent=artifact.sha256, backend=chosen.backend, meta=meta)
+        target = workdir / f"model{artifact.path.suffix}"
         _link_or_copy(artifact.path, target)
-        for extra in artifact.meta.get("external_data", []):
-            _link_or_copy(artifact.path.parent / extra, workdir / extra)
+        external = onnx_external_files(artifact.path) if registry.is_onnx_file(artifact.path) else []
+        for extra in external:  # a copy: onnx.load refuses hard-linked external data
+            shutil.copyfile(artifact.path.parent / extra, workdir / extra)
         meta["flavour"] = artifact.meta.get("flavour")
-        meta["external_data"] = list(artifact.meta.get("external_data", []))
-        return Artifact(target, "onnx", precision=artifact.precision, stage=self.name, parent=artifact.sha256,
-                        backend="onnxruntime", meta=meta)
+        meta["external_data"] = external
+        return Artifact(target, artifact.format, precision=artifact.precision, stage=self.name, parent=artifact.sha256,
+                        backend=chosen.backend, meta=meta)
 
     def _cpu_facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"name": cpu_name(), "cores": os.cpu_count()}
-        if installed("openvino"):
-            from optcli.runtime.openvino_runner import cpu_capabilities
-
-            facts["openvino_capabilities"] = cpu_capabilities()
+        for backend in registry.all_backends():
+            if backend.machine_facts and backend.installed():
+                facts.update(registry.load_object(backend.machine_facts)())
         return facts
 
 

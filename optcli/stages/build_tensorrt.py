@@ -8,7 +8,7 @@ with the STRONGLY_TYPED flag, 11.x always).
 
 The engine comes from the engine cache when a valid entry exists for (ONNX bytes, options,
 profiles, TensorRT version, GPU); a corrupt or mismatching entry is reported in the details and
-rebuilt. Before anything else the TensorRT preflight (optcli.tensorrt.preflight) checks the ONNX
+rebuilt. Before anything else the TensorRT preflight (optcli.backends.tensorrt.preflight) checks the ONNX
 against TensorRT's documented parser support; parser failures end the stage with (node, op,
 message) in its reason.
 
@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
+from optcli.backends.tensorrt import BACKEND as TENSORRT
+from optcli.backends.tensorrt.builder import Machine, obtain_engine
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
+from optcli.backends.tensorrt.options import TensorRTConfig, tensorrt_config
+from optcli.backends.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 from optcli.onnx_model import io_specs, load_onnx
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, register
-from optcli.tensorrt.builder import Machine, obtain_engine
-from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
-from optcli.tensorrt.options import TensorRTConfig, tensorrt_config
-from optcli.tensorrt.preflight import require_clean
-from optcli.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 
 
 @register
@@ -51,7 +53,7 @@ class BuildTensorRTStage(Stage):
             if self.ctx.config.target == "auto":
                 return f"no TensorRT here: {self.ctx.facts.get('target_reason') or 'not detected'}"
             return f"target is {self.ctx.target}"
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         return None
 
@@ -67,7 +69,7 @@ class BuildTensorRTStage(Stage):
         injected = self.ctx.facts.get("tensorrt_machine")
         if injected is not None:
             return injected
-        from optcli.tensorrt.probe import tensorrt_status
+        from optcli.backends.tensorrt.probe import tensorrt_status
 
         status = tensorrt_status()
         return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.torch_cuda)
@@ -108,8 +110,8 @@ class BuildTensorRTStage(Stage):
             "options": meta.options, "timing_cache": obtained.timing_cache}
         if obtained.warnings:
             details["tensorrt_warnings"] = obtained.warnings
-        out = Artifact(engine_path, "engine", precision=artifact.precision, stage=self.name, parent=artifact.sha256,
-                       backend="tensorrt", meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version,
+        out = Artifact(engine_path, TENSORRT.format, precision=artifact.precision, stage=self.name,
+                       parent=artifact.sha256, backend=TENSORRT.name, meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version,
                                                  "gpu": meta.gpu, "flavour": "tensorrt-strongly-typed"})
         return StageResult(out, details)
 

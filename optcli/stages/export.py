@@ -3,6 +3,11 @@
 The dynamo exporter is tried first (the only one that takes a .pt2 program); TorchScript input and
 models the dynamo exporter fails on, or specialises to a fixed batch, fall back to the TorchScript
 exporter. Either way the ONNX must match PyTorch at batch 1 and batch 2 or the stage fails.
+
+Some CPU backends build from the PyTorch model itself (AOTInductor): with `--backend` one of them the
+stage is skipped; when no exporter makes a correct ONNX, the error's hint offers them, and with
+`--backend auto` on the CPU the run goes on without ONNX: the stage saves the torch.export program
+instead and build-cpu builds only what needs no ONNX.
 """
 from __future__ import annotations
 
@@ -21,8 +26,11 @@ import numpy as np
 
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX, cpu_backends_without_onnx
+from optcli.backends.torch.loader import needs_torchscript_exporter
+from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
-from optcli.onnx_model import has_symbolic_batch, save_onnx
+from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
@@ -99,8 +107,11 @@ class ExportStage(Stage):
     order = 10
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format == "onnx":
+        if artifact.format == ONNX:
             return "input is already ONNX"
+        backend = cpu_config(self.ctx.config).backend
+        if self.ctx.target == "cpu" and backend in cpu_backends_without_onnx():
+            return f"--backend {backend} compiles the PyTorch model itself: no ONNX needed"
         return None
 
     def fingerprint(self) -> dict[str, Any]:
@@ -119,7 +130,7 @@ class ExportStage(Stage):
         if tm is None:
             raise StageError("export needs a PyTorch model")
         exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.exporter]
-        if artifact.format in ("torchscript", "pickle") and "torchscript" in exporters:
+        if needs_torchscript_exporter(artifact.format) and "torchscript" in exporters:
             exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
         out = workdir / "model.onnx"
         attempts: list[dict[str, Any]] = []
@@ -127,7 +138,7 @@ class ExportStage(Stage):
         for exporter in exporters:
             try:
                 with _quiet():
-                    model = self._export_dynamo(torch) if exporter == "dynamo" else self._export_torchscript(torch)
+                    model = self._export_dynamo(torch, out) if exporter == "dynamo" else self._export_torchscript(torch)
                 if cfg.static_batch:
                     first = self.ctx.inputs[0].shape[0]
                     _pin_batch(model, first if isinstance(first, int) else 1)
@@ -157,11 +168,54 @@ class ExportStage(Stage):
         tries = [] if "torchscript" in exporters else ["--exporter torchscript"]
         tries += [] if cfg.static_batch else ["--static-batch"]
         tries.append("another --opset")
-        raise StageError(f"no exporter produced a correct ONNX ({reasons})",
-                         hint=f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
-                              "--debug prints the exporter's traceback") from last
+        message = f"no exporter produced a correct ONNX ({reasons})"
+        hint = (f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
+                "--debug prints the exporter's traceback")
+        without = cpu_backends_without_onnx()
+        if without and self.ctx.target == "cpu" and cpu_config(self.ctx.config).backend == "auto":
+            return self._without_onnx(artifact, workdir, message, attempts, without, last)
+        if without:
+            hint += (f"; or skip ONNX: --backend {without[0]}"
+                     f"{' --target cpu' if self.ctx.target != 'cpu' else ''} compiles the PyTorch model itself")
+        raise StageError(message, hint=hint) from last
 
-    def _export_dynamo(self, torch: Any) -> Any:
+    def _without_onnx(self, artifact: Artifact, workdir: Path, message: str, attempts: list[dict[str, Any]],
+                      backends: tuple[str, ...], last: Exception | None) -> StageResult:
+        """--backend auto after every exporter failed: the torch.export program (.pt2) instead of ONNX, for
+        the backends that build from it. A model torch.export cannot take either fails as before."""
+        torch = require("torch", "exporting PyTorch models")
+        tm = self.ctx.torch_model
+        out = workdir / "program.pt2"
+        try:
+            with _quiet():
+                torch.export.save(tm.exported_program or self._export_program(torch), str(out))
+        except Exception as exc:  # torch.export raises anything
+            raise StageError(f"{message}; torch.export failed too: {_last_line(exc)}",
+                             hint="--debug prints the exporter's traceback") from last
+        details = {"onnx": message, "attempts": attempts,
+                   "without_onnx": f"saved the torch.export program: build-cpu builds only what needs no ONNX "
+                                   f"({', '.join(backends)})"}
+        return StageResult(Artifact(out, "pt2", stage=self.name, parent=artifact.sha256), details)
+
+    def _export_program(self, torch: Any) -> Any:
+        """torch.export of the module with a dynamic batch (example batch 2: a batch of 1 gets specialised)."""
+        tm = self.ctx.torch_model
+        if isinstance(tm.module, torch.jit.ScriptModule):
+            raise StageError("TorchScript cannot be exported with torch.export")
+        dims = tuple({0: torch.export.Dim.DYNAMIC} for _ in self.ctx.inputs)
+        return torch.export.export(tm.module, self._example_args(torch, batch=2), dynamic_shapes=dims)
+
+    def _export_dynamo(self, torch: Any, out: Path) -> Any:
+        prog = self._dynamo_program(torch)
+        if not near_protobuf_limit(_initializer_bytes(prog)):
+            return prog.model_proto
+        # A large model goes to disk straight from the exporter's tensors: model_proto would hold a
+        # serialized copy of every weight in memory (a 2.1 GB model peaked at 13 GB that way).
+        prog.save(out, external_data=True)
+        del prog
+        return load_onnx(out, load_weights=False)
+
+    def _dynamo_program(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
         if tm.exported_program is not None:
@@ -182,7 +236,7 @@ class ExportStage(Stage):
             else:
                 prog = torch.onnx.export(tm.module, args, dynamo=True, opset_version=cfg.opset,
                                          dynamic_shapes=dyn, input_names=names, external_data=False)
-        return prog.model_proto
+        return prog
 
     def _export_torchscript(self, torch: Any) -> Any:
         tm = self.ctx.torch_model
@@ -190,7 +244,7 @@ class ExportStage(Stage):
         args = self._example_args(torch, batch=None if cfg.static_batch else 2)
         module = tm.module
         with torch.inference_mode():
-            from optcli.runtime.torch_runner import flatten_outputs
+            from optcli.backends.torch.runner import flatten_outputs
             n_out = len(flatten_outputs(module(*args)))
         names_in = [s.name for s in self.ctx.inputs]
         names_out = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
@@ -205,7 +259,7 @@ class ExportStage(Stage):
 
     def _verify(self, path: Path, torch: Any, static: bool) -> dict[str, Any]:
         """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static)."""
-        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+        from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
         tm = self.ctx.torch_model
         results: dict[str, Any] = {}
@@ -215,7 +269,7 @@ class ExportStage(Stage):
             for batch in batches:
                 feeds = random_inputs(self.ctx.inputs, batch, seed=7, int_high=tm.int_high)
                 with torch.inference_mode():
-                    from optcli.runtime.torch_runner import flatten_outputs
+                    from optcli.backends.torch.runner import flatten_outputs
                     ref = [t.detach().numpy() for t in flatten_outputs(
                         tm.module(*[torch.from_numpy(feeds[s.name]) for s in self.ctx.inputs]))]
                 got = runner.run_normalized(feeds)
@@ -230,6 +284,11 @@ class ExportStage(Stage):
         finally:
             runner.close()
         return results
+
+
+def _initializer_bytes(prog: Any) -> int:
+    """Bytes of the exported program's weights (without serializing them)."""
+    return sum(v.const_value.nbytes for v in prog.model.graph.initializers.values() if v.const_value is not None)
 
 
 def _pin_batch(model: Any, batch: int) -> None:

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.errors import StageError
-from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import is_large, load_onnx, looks_like_encoder, op_histogram
+from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
@@ -41,10 +43,8 @@ class FuseStage(Stage):
         return config.fuse.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
-            return "model over 1.8 GB: offline fusion would need external initializers"
         return None
 
     def level(self) -> str:
@@ -69,7 +69,6 @@ class FuseStage(Stage):
                 "precision": q.precision, "int8_flavour": q.flavour}
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        ort = require("onnxruntime", "the fuse stage")
         level = self.level()
         before = op_histogram(load_onnx(artifact.path, load_weights=False))
         details: dict[str, Any] = {"level": level, "transformer_fusions": None}
@@ -78,16 +77,7 @@ class FuseStage(Stage):
             src = workdir / "transformer.onnx"
             details["transformer_fusions"] = self._transformer_fusions(artifact.path, src)
         out = workdir / "model.onnx"
-        so = ort.SessionOptions()
-        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED if level == "extended"
-                                       else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-        so.optimized_model_filepath = str(out)
-        so.log_severity_level = 3
-        try:
-            ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise StageError(f"onnxruntime's optimizer failed: {str(exc).strip().splitlines()[0][:240]}",
-                             hint="skip this stage with --no-fuse") from exc
+        optimize_offline(src, out, level, hint="skip this stage with --no-fuse")
         if src != artifact.path:
             src.unlink()
         after = op_histogram(load_onnx(out, load_weights=False))
@@ -107,6 +97,6 @@ class FuseStage(Stage):
             except Exception as exc:
                 raise StageError(f"transformer fusion failed: {str(exc).strip().splitlines()[0][:240]}",
                                  hint="turn it off with --transformer-fusion off") from exc
-            opt.save_model_to_file(str(dst))
+            opt.save_model_to_file(str(dst), use_external_data_format=is_large(src))
             stats = opt.get_fused_operator_statistics()
         return {k: int(v) for k, v in stats.items() if v}

@@ -8,6 +8,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
@@ -15,9 +16,9 @@ from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
-from optcli.runtime.session_probe import probe
+from optcli.backends.onnxruntime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.preflight import require_clean
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",
                  "Softmax", "LogSoftmax", "Exp", "Log", "Erf", "LayerNormalization", "SkipLayerNormalization",
@@ -39,7 +40,7 @@ class QuantizeFp16Stage(Stage):
         return config.quantize.precision == "fp16"
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        return None if artifact.format == "onnx" else f"input is {artifact.format}, not ONNX"
+        return None if artifact.format == ONNX else f"input is {artifact.format}, not ONNX"
 
     def tolerance(self) -> Any:
         a = self.ctx.config.accuracy

@@ -8,6 +8,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.quantize.int8_with_fallback import fallback_deferred, quantize_int8
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -26,7 +27,7 @@ class QuantizeInt8Stage(Stage):
         return config.quantize.precision == "int8"
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        return None if artifact.format == "onnx" else f"input is {artifact.format}, not ONNX"
+        return None if artifact.format == ONNX else f"input is {artifact.format}, not ONNX"
 
     def tolerance(self) -> Any:
         a = self.ctx.config.accuracy

@@ -1,12 +1,16 @@
-"""Stage simplify: onnxsim constant folding, dead-node removal and shape inference, dynamic dims kept."""
+"""Stage simplify: onnxsim constant folding, dead-node removal and shape inference, dynamic dims kept.
+A model near protobuf's 2 GiB limit cannot go through onnxsim (it holds one protobuf): ONNX Runtime's
+basic-level offline optimizer does the same folding and eliminations with the weights kept external."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
 from optcli.errors import StageError
-from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD, io_specs, load_onnx, save_onnx
+from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
+from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
@@ -23,16 +27,19 @@ class SimplifyStage(Stage):
         return config.simplify.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if artifact.format != "onnx":
+        if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
-            return "model over 1.8 GB: onnxsim cannot hold it in one protobuf"
         return None
 
     def fingerprint(self) -> dict[str, Any]:
         return config_dict(self.ctx.config.simplify)
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        if is_large(artifact.path):
+            out = workdir / "model.onnx"
+            optimize_offline(artifact.path, out, "basic", hint="skip this stage with --no-simplify")
+            return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256),
+                               {"tool": "onnxruntime basic-level optimizer (model over 1.8 GB: onnxsim holds one protobuf)"})
         onnxsim = require("onnxsim", "the simplify stage")
         model = load_onnx(artifact.path)
         inputs_before, _ = io_specs(model)

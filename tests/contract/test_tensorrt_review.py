@@ -16,15 +16,15 @@ from onnx import TensorProto, helper, numpy_helper
 from fake_cuda import FakeGraph, TorchShim
 from test_tensorrt_runner_contract import engine_for, reference, save_model
 
-import optcli.runtime.tensorrt_runner as runner_module
+import optcli.backends.tensorrt.runner as runner_module
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs
-from optcli.tensorrt.builder import (Machine, ParserFailure, configure, create_network, load_timing_cache,
+from optcli.backends.tensorrt.builder import (Machine, ParserFailure, configure, create_network, load_timing_cache,
                                      make_logger, obtain_engine, parse_onnx, save_timing_cache)
-from optcli.tensorrt.engine_cache import cache_key
-from optcli.tensorrt.metadata import EngineMetadata, dtype_name
-from optcli.tensorrt.options import TensorRTConfig
-from optcli.tensorrt.profiles import build_profiles
+from optcli.backends.tensorrt.engine_cache import cache_key
+from optcli.backends.tensorrt.metadata import EngineMetadata, dtype_name
+from optcli.backends.tensorrt.options import TensorRTConfig
+from optcli.backends.tensorrt.profiles import build_profiles
 
 torch = pytest.importorskip("torch")
 
@@ -187,7 +187,7 @@ def test_row4_the_double_refuses_a_device_pointer_for_a_host_tensor(fake, tmp_pa
     model = reshape_model(tmp_path / "reshape.onnx")
     cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=tmp_path / "t.cache")
     got = obtain_engine(fake, model, profiles_for(model), cfg, MACHINE, shape_values={"shape": ((1, 1), (4, 3), (16, 16))})
-    from optcli.tensorrt.builder import deserialize
+    from optcli.backends.tensorrt.builder import deserialize
 
     context = deserialize(fake, got.engine_bytes, make_logger(fake)).create_execution_context()
     device = TorchShim(fake).empty(4, dtype=torch.int64, device="cuda")
@@ -302,8 +302,8 @@ def test_row10_version_compatible_engines_run_forward_only():
 
 # -- row 11: profiling verbosity, the profiler, the inspector ---------------------------------------
 def test_row11_profile_names_layer_types(fake, tmp_path):
-    from optcli.benchmark.artifacts import ResolvedArtifact
-    from optcli.profiling.tensorrt_profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
+    from optcli.backends.tensorrt.profile import profile_engine
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     assert ("profiling_verbosity", ("DETAILED",)) in fake.calls
@@ -333,7 +333,7 @@ def test_row13_cache_key_has_the_cuda_major():
 
 
 def test_row14_docs_state_the_real_minimum_gpu():
-    from optcli.tensorrt.probe import MIN_COMPUTE_CAPABILITY
+    from optcli.backends.tensorrt.probe import MIN_COMPUTE_CAPABILITY
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "tensorrt.md").read_text()
     floor = ".".join(map(str, MIN_COMPUTE_CAPABILITY))
@@ -341,8 +341,8 @@ def test_row14_docs_state_the_real_minimum_gpu():
 
 
 def test_row11_an_engine_built_without_detailed_verbosity_is_named_in_a_warning(fake, tmp_path):
-    from optcli.benchmark.artifacts import ResolvedArtifact
-    from optcli.profiling.tensorrt_profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
+    from optcli.backends.tensorrt.profile import profile_engine
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     plan = json.loads(engine.read_bytes()[len(b"FAKEPLAN"):])

@@ -21,14 +21,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 
-import optcli.runtime.tensorrt_runner as runner_module  # noqa: E402
+import optcli.backends.tensorrt.runner as runner_module  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.onnx_model import io_specs  # noqa: E402
 from optcli.runtime import open_runner  # noqa: E402
-from optcli.runtime.tensorrt_runner import TensorRTRunner  # noqa: E402
-from optcli.tensorrt.builder import Machine, obtain_engine  # noqa: E402
-from optcli.tensorrt.options import TensorRTConfig  # noqa: E402
-from optcli.tensorrt.profiles import build_profiles  # noqa: E402
+from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
+from optcli.backends.tensorrt.builder import Machine, obtain_engine  # noqa: E402
+from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
+from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
 
 MACHINE = Machine("10.8.0.43", "NVIDIA L4", "8.9")
 
@@ -156,7 +156,7 @@ def test_pipeline_target_tensorrt_end_to_end_through_the_doubles(fake, tmp_path,
     """`compile --target tensorrt` as far as it can go without a GPU: target resolution, the stage,
     the engine cache, the pipeline measuring the engine through open_runner, the report."""
     import optcli.stages.build_tensorrt as stage_module
-    import optcli.tensorrt.probe as probe
+    import optcli.backends.tensorrt.probe as probe
     from optcli import api
 
     usable = probe.TensorRTStatus(True, gpu="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.8.0.43")

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compile_testkit import ort_default_int8
-from optcli.tensorrt.probe import tensorrt_status
+from optcli.backends.tensorrt.probe import tensorrt_status
 
 pytestmark = pytest.mark.gpu
 
@@ -27,12 +27,12 @@ if not _STATUS.usable:
 
 from optcli.errors import UsageError  # noqa: E402
 from optcli.onnx_model import io_specs  # noqa: E402
-from optcli.runtime.tensorrt_runner import TensorRTRunner  # noqa: E402
-from optcli.tensorrt.builder import Machine, obtain_engine  # noqa: E402
-from optcli.tensorrt.engine_cache import EngineCache  # noqa: E402
-from optcli.tensorrt.metadata import ENGINE_FILE, METADATA_FILE  # noqa: E402
-from optcli.tensorrt.options import TensorRTConfig  # noqa: E402
-from optcli.tensorrt.profiles import build_profiles  # noqa: E402
+from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
+from optcli.backends.tensorrt.builder import Machine, obtain_engine  # noqa: E402
+from optcli.backends.tensorrt.engine_cache import EngineCache  # noqa: E402
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE  # noqa: E402
+from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
+from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
 
 trt = pytest.importorskip("tensorrt")
 torch = pytest.importorskip("torch")
@@ -153,8 +153,8 @@ def test_int8_from_optcli_tensorrt_flavour_builds_and_stays_close(tmp_path):
 
 def test_onnxruntime_default_int32_bias_is_refused_as_the_preflight_says(tmp_path):
     """Review row 1 on real TensorRT: what the preflight flags, the parser refuses, node by node."""
-    from optcli.tensorrt.builder import ParserFailure
-    from optcli.tensorrt.preflight import check_file
+    from optcli.backends.tensorrt.builder import ParserFailure
+    from optcli.backends.tensorrt.preflight import check_file
 
     qdq = _ort_default_qdq(conv_net(tmp_path / "net.onnx"), tmp_path / "ort_int8.onnx", seed=2)
     flagged = {f.node_name for f in check_file(qdq)}
@@ -234,7 +234,7 @@ def test_plugin_engine_loads_in_a_fresh_process(tmp_path):
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "roi.onnx"))
     engine = build(tmp_path, tmp_path / "roi.onnx", batch=None)
-    code = ("import numpy as np, sys; from optcli.runtime.tensorrt_runner import TensorRTRunner\n"
+    code = ("import numpy as np, sys; from optcli.backends.tensorrt.runner import TensorRTRunner\n"
             f"r = TensorRTRunner({str(engine)!r})\n"
             "y = r.predict({'X': np.ones((1, 2, 8, 8), np.float32), 'rois': np.array([[0, 0, 4, 4]] * 3, np.float32),"
             " 'idx': np.zeros(3, np.int64)})['y']\n"
@@ -246,8 +246,8 @@ def test_plugin_engine_loads_in_a_fresh_process(tmp_path):
 
 def test_profile_names_layers_and_types(tmp_path):
     """Review row 11: built with DETAILED verbosity, the inspector gives every layer a type."""
-    from optcli.benchmark.artifacts import ResolvedArtifact
-    from optcli.profiling.tensorrt_profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
+    from optcli.backends.tensorrt.profile import profile_engine
 
     engine = build(tmp_path, conv_net(tmp_path / "net.onnx"))
     result = profile_engine(ResolvedArtifact(engine, "engine"), batch=4, runs=5, warmup=2)

@@ -73,12 +73,13 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
     assert env["gpu"] is None or isinstance(env["gpu"], str)
     assert report["status"] == "ok" and report["error"] is None
     names = [s["name"] for s in report["stages"]]
-    assert names[:3] == STAGES
+    assert names[:4] == ["export", "simplify", "unpad", "fuse"]
+    assert report["stages"][2]["status"] == "skipped"  # unpad: a CNN, or an encoder of 8 tokens (one bucket)
     # Stages of later issues: nothing to do for a CPU fp32 run, except build-cpu where OpenVINO is
     # installed (then it measures onnxruntime against OpenVINO FP32 and keeps one of them).
-    built = [s for s in report["stages"][3:] if s["status"] != "skipped"]
+    built = [s for s in report["stages"][4:] if s["status"] != "skipped"]
     assert [s["name"] for s in built] in ([], ["build-cpu"]), built
-    for s in report["stages"][3:]:
+    for s in report["stages"][4:]:
         assert s["status"] == "ok" if s in built else s["reason"], s
     for s in report["stages"]:
         assert STAGE_KEYS <= set(s), s.keys()
@@ -101,9 +102,9 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
         assert chosen in ("onnxruntime-fp32", "openvino-fp32")
         assert final["backend"] == chosen.split("-")[0]
         name = "model.onnx" if final["backend"] == "onnxruntime" else "model.xml"
-        assert final["artifact"] == f"04-build-cpu/{name}"
+        assert final["artifact"] == f"05-build-cpu/{name}"
     else:
-        assert final["artifact"] == "03-fuse/model.onnx" and final["backend"] == "onnxruntime"
+        assert final["artifact"] == "04-fuse/model.onnx" and final["backend"] == "onnxruntime"
 
 
 # -- one measured run of the CNN .pt2 through click's CliRunner, shared by the schema tests ----------
@@ -126,7 +127,7 @@ def test_pt2_report_schema(cnn_run: dict[str, Any], cnn_pt2: Path) -> None:
     assert core_statuses(report) == ["ok", "ok", "ok"]
     assert export["artifact"] == "01-export/model.onnx"
     assert simplify["artifact"] == "02-simplify/model.onnx"
-    assert fuse["artifact"] == "03-fuse/model.onnx"
+    assert fuse["artifact"] == "04-fuse/model.onnx"
     assert export["graph"]["nodes_before"] is None  # PyTorch has no ONNX graph to count
     assert simplify["graph"]["nodes_before"] == export["graph"]["nodes_after"]
     assert fuse["graph"]["nodes_before"] == simplify["graph"]["nodes_after"]
@@ -157,7 +158,7 @@ def test_pt2_latency_fields(cnn_run: dict[str, Any]) -> None:
 
 def test_pt2_artifacts_and_markdown(cnn_run: dict[str, Any]) -> None:
     out = cnn_run["out"]
-    for rel in ("01-export/model.onnx", "02-simplify/model.onnx", "03-fuse/model.onnx", "report.json", "report.md"):
+    for rel in ("01-export/model.onnx", "02-simplify/model.onnx", "04-fuse/model.onnx", "report.json", "report.md"):
         assert (out / rel).is_file(), rel
     assert not list(out.rglob("*.partial"))
     md = (out / "report.md").read_text()
@@ -172,7 +173,7 @@ def test_pt2_artifacts_and_markdown(cnn_run: dict[str, Any]) -> None:
 
 
 def test_fuse_says_which_fusions(cnn_run: dict[str, Any]) -> None:
-    fuse = cnn_run["report"]["stages"][2]
+    fuse = cnn_run["report"]["stages"][3]
     assert fuse["details"]["level"] == "extended"
     added = fuse["details"]["fusions"]["added"]
     assert added.get("com.microsoft.FusedConv", 0) >= 1  # Conv + Relu
@@ -180,7 +181,7 @@ def test_fuse_says_which_fusions(cnn_run: dict[str, Any]) -> None:
     assert "FusedConv" in (cnn_run["out"] / "report.md").read_text()
 
 
-@pytest.mark.parametrize("stage_dir", ["01-export", "02-simplify", "03-fuse"])
+@pytest.mark.parametrize("stage_dir", ["01-export", "02-simplify", "04-fuse"])
 def test_artifacts_have_a_symbolic_batch_and_run_at_1_and_8(cnn_run: dict[str, Any], stage_dir: str,
                                                             tiny_models: Any) -> None:
     path = cnn_run["out"] / stage_dir / "model.onnx"
@@ -207,7 +208,7 @@ def test_rerun_is_cached_force_rebuilds_and_config_change_reruns(cnn_pt2: Path, 
     code, _, err = run_main(*base)
     assert code == 0, err
     first = read_report(out)
-    inode = {d: (out / d).stat().st_ino for d in ("01-export", "02-simplify", "03-fuse")}
+    inode = {d: (out / d).stat().st_ino for d in ("01-export", "02-simplify", "04-fuse")}
 
     code, _, err = run_main(*base)
     assert code == 0, err
@@ -231,8 +232,8 @@ def test_rerun_is_cached_force_rebuilds_and_config_change_reruns(cnn_pt2: Path, 
     assert code == 0, err
     changed = read_report(out)
     assert core_statuses(changed) == ["cached", "cached", "ok"]
-    assert changed["stages"][2]["details"]["level"] == "basic"
-    assert not any(op.startswith("com.microsoft") for op in changed["stages"][2]["graph"]["ops_after"])
+    assert changed["stages"][3]["details"]["level"] == "basic"
+    assert not any(op.startswith("com.microsoft") for op in changed["stages"][3]["graph"]["ops_after"])
 
 
 def test_a_tampered_artifact_is_rebuilt(cnn_pt2: Path, tmp_path: Path) -> None:
@@ -275,10 +276,10 @@ def test_torchscript_with_input_console_script(cnn_torchscript: Path, tmp_path: 
     check_report_schema(report, cnn_torchscript, "torchscript")
     assert report["stages"][0]["details"]["exporter"] == "torchscript"  # dynamo refuses ScriptModules
     # --input x:1x3x16x16 named the example batch; dim 0 still comes out dynamic
-    for d in ("01-export", "02-simplify", "03-fuse"):
+    for d in ("01-export", "02-simplify", "04-fuse"):
         dims = onnx_inputs(out / d / "model.onnx")[0][1]
         assert isinstance(dims[0], str), (d, dims)
-    [y] = run_onnx(out / "03-fuse" / "model.onnx", image_feeds(8))
+    [y] = run_onnx(out / "04-fuse" / "model.onnx", image_feeds(8))
     assert y.shape == (8, 4)
     assert "export" in proc.stdout and "Traceback" not in proc.stderr
 
@@ -290,7 +291,7 @@ def test_torchscript_encoder_int64_inputs(encoder_torchscript: Path, tmp_path: P
     assert code == 0, err
     report = read_report(out)
     check_report_schema(report, encoder_torchscript, "torchscript")
-    inputs = onnx_inputs(out / "03-fuse" / "model.onnx")
+    inputs = onnx_inputs(out / "04-fuse" / "model.onnx")
     assert [(n, d[1], t) for n, d, t in inputs] == [("input_ids", 8, 7), ("attention_mask", 8, 7)]  # 7 = INT64
 
 
@@ -302,13 +303,13 @@ def test_encoder_pt2_transformer_fusions(encoder_pt2: Path, tmp_path: Path) -> N
     check_report_schema(report, encoder_pt2, "pt2")
     assert [i["name"] for i in report["model"]["inputs"]] == ["input_ids", "attention_mask"]
     assert all(i["dtype"] == "int64" for i in report["model"]["inputs"])
-    fuse = report["stages"][2]
+    fuse = report["stages"][3]
     # the transformer optimizer ran (the graph is an encoder) and says what it fused
     tf = fuse["details"]["transformer_fusions"]
     assert tf and tf.get("SkipLayerNormalization", 0) >= 1, tf
     assert fuse["details"]["fusions"]["added"]
     ids = np.random.default_rng(0).integers(0, 50, (8, 8)).astype(np.int64)
-    [h] = run_onnx(out / "03-fuse" / "model.onnx", {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    [h] = run_onnx(out / "04-fuse" / "model.onnx", {"input_ids": ids, "attention_mask": np.ones_like(ids)})
     assert h.shape == (8, 8, 16)
 
 
@@ -331,9 +332,9 @@ def test_python_factory_with_input_subprocess(factory_file: Path, tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     report = read_report(out)
     assert [s["name"] for s in core_stages(report)] == ["export", "simplify"]  # --no-fuse drops the stage
-    # The final artifact comes from simplify, or from build-cpu (numbered 03 now) where OpenVINO competes.
-    assert report["final"]["artifact"] in ("02-simplify/model.onnx", "03-build-cpu/model.onnx",
-                                           "03-build-cpu/model.xml")
+    # The final artifact comes from simplify, or from build-cpu (numbered 04: after unpad) where OpenVINO competes.
+    assert report["final"]["artifact"] in ("02-simplify/model.onnx", "04-build-cpu/model.onnx",
+                                           "04-build-cpu/model.xml")
 
 
 def test_default_out_folder(matmul_onnx: Path, tmp_path: Path) -> None:
@@ -368,13 +369,13 @@ def test_static_batch(cnn_pt2: Path, tmp_path: Path) -> None:
     assert code == 0, err
     report = read_report(out)
     assert report["stages"][0]["details"]["dynamic_batch"] is False
-    for d in ("01-export", "02-simplify", "03-fuse"):
+    for d in ("01-export", "02-simplify", "04-fuse"):
         [(_, dims, _)] = onnx_inputs(out / d / "model.onnx")
         assert dims == [1, 3, 16, 16], (d, dims)
-    [y] = run_onnx(out / "03-fuse" / "model.onnx", image_feeds(1))
+    [y] = run_onnx(out / "04-fuse" / "model.onnx", image_feeds(1))
     assert y.shape == (1, 4)
     with pytest.raises(Exception):  # noqa: B017 (onnxruntime raises its own error types)
-        run_onnx(out / "03-fuse" / "model.onnx", image_feeds(2))
+        run_onnx(out / "04-fuse" / "model.onnx", image_feeds(2))
 
 
 def test_static_batch_takes_the_pinned_size(cnn_torchscript: Path, tmp_path: Path) -> None:
@@ -424,11 +425,11 @@ def test_flags_override_the_config_file_and_defaults_do_not(matmul_onnx: Path, t
                     "--target", "cpu")[0] == 0
     report = read_report(out)
     assert report["config"]["fuse"]["level"] == "basic" and report["config"]["export"]["opset"] == 17
-    assert report["stages"][2]["details"]["level"] == "basic"
+    assert report["stages"][3]["details"]["level"] == "basic"
     # a typed flag wins over the file
     assert run_main("compile", str(matmul_onnx), "--config", str(cfg), "--out", str(out), "--no-bench",
                     "--target", "cpu", "--fuse-level", "extended")[0] == 0
-    assert read_report(out)["stages"][2]["details"]["level"] == "extended"
+    assert read_report(out)["stages"][3]["details"]["level"] == "extended"
 
 
 def test_optcli_toml_is_found_in_the_working_folder(matmul_onnx: Path, tmp_path: Path) -> None:
@@ -445,7 +446,7 @@ def test_threads_and_bench_runs_flags(matmul_onnx: Path, fast_bench_toml: Path, 
                             "--threads", "1", "--bench-runs", "12", "--no-simplify", "--target", "cpu")
     assert code == 0, err
     report = read_report(out)
-    lat = report["stages"][1]["latency_ms"]["after"]
+    lat = next(s for s in report["stages"] if s["name"] == "fuse")["latency_ms"]["after"]
     assert lat["settings"]["intra_op_threads"] == 1
     assert lat["runs"] >= 12  # the flag beats the config file's runs = 5
     assert report["config"]["bench"]["runs"] == 12 and report["config"]["bench"]["threads"] == 1

@@ -196,7 +196,7 @@ def test_exclude_by_module_glob_and_bad_patterns_on_the_cli(cnn_onnx: Path, tmp_
                    "--exclude", "decoder.*")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "error: --exclude decoder.*" in bad.stderr and "hint:" in bad.stderr and "wide" in bad.stderr
-    assert not (tmp_path / "b" / "04-quantize-int8").exists()
+    assert not (tmp_path / "b" / "05-quantize-int8").exists()
 
 
 def test_a_spent_budget_stops_the_search_and_names_the_closest(nets: Path, tmp_path: Path) -> None:

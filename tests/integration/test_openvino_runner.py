@@ -13,11 +13,11 @@ pytest.importorskip("openvino", reason="needs the openvino extra (pip install 'o
 from cpu_fixtures import mlp_onnx  # noqa: E402
 
 from optcli.artifact import sha256_file  # noqa: E402
-from optcli.cpu.openvino_ir import convert_onnx  # noqa: E402
+from optcli.backends.openvino.ir import convert_onnx  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.runtime import open_runner  # noqa: E402
-from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner  # noqa: E402
-from optcli.runtime.openvino_runner import OpenVINORunner, cpu_supports_bf16  # noqa: E402
+from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner  # noqa: E402
+from optcli.backends.openvino.runner import OpenVINORunner, cpu_supports_bf16  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from optcli import api
-from optcli.cpu.options import installed
+from optcli.backends.registry import is_installed as installed
 from optcli.errors import AccuracyError, UsageError
 
 OUTLIER_NET = textwrap.dedent('''

@@ -62,12 +62,12 @@ def test_bert_compiles(bert_files: dict[str, Path], tmp_path: Path, fmt: str) ->
     assert core_statuses(report) == (["skipped", "ok", "ok"] if fmt == "onnx" else ["ok"] * 3)
     for s in core_stages(report)[1:]:
         assert s["accuracy"]["cosine_min"] > 0.9999 and s["accuracy"]["max_abs_err"] < 1e-4
-    fuse = report["stages"][2]
+    fuse = report["stages"][3]
     assert fuse["details"]["transformer_fusions"], "an encoder gets onnxruntime's transformer fusions"
     assert any(op.startswith("com.microsoft.") for op in fuse["graph"]["ops_after"])
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(out / "03-fuse" / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(out / "04-fuse" / "model.onnx"), providers=["CPUExecutionProvider"])
     ids = np.random.default_rng(0).integers(0, 100, (4, SEQ)).astype(np.int64)
     feeds = {i.name: (ids if "ids" in i.name else np.ones_like(ids)) for i in sess.get_inputs()}
     hidden = sess.run(None, feeds)[0]

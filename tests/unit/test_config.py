@@ -129,8 +129,67 @@ def test_misspelt_table_is_refused(tmp_path) -> None:
     from optcli.errors import UsageError
     from optcli.pipeline import Pipeline
 
-    config = compile_config_from_dict("m.onnx", {"fusee": {"level": "basic"}})
     with pytest.raises(UsageError, match=r"unknown config table \[fusee\]"):
-        Pipeline(config)
+        compile_config_from_dict("m.onnx", {"fusee": {"level": "basic"}})
+    with pytest.raises(UsageError, match=r"unknown config table \[fusee\]"):  # a config built by hand
+        Pipeline(CompileConfig(model="m.onnx", extra={"fusee": {"level": "basic"}}))
     owned = compile_config_from_dict("m.onnx", {"tensorrt": {}})
     Pipeline(owned)  # [tensorrt] belongs to the build-tensorrt stage
+
+
+def test_one_setting_four_ways_in_gives_one_config() -> None:
+    # TOML, API keywords and --variant strings all go through set_option: the same setting, the same config.
+    from optcli.api import apply_options
+    from optcli.comparison.variants import apply_variant, parse_variants
+
+    toml = compile_config_from_dict("m.onnx", {"cpu": {"backend": "openvino", "min-seconds": 1.0},
+                                               "export": {"opset": 17}, "quantize": {"exclude-ops": ["Gemm"]}})
+    api = CompileConfig(model="m.onnx")
+    apply_options(api, {"backend": "openvino", "cpu": {"min_seconds": 1.0}, "opset": 17, "exclude_ops": ["Gemm"]})
+    variant = CompileConfig(model="m.onnx")
+    (v,) = parse_variants("v", ["v:backend=openvino,cpu.min_seconds=1.0,export.opset=17,quantize.exclude_ops=Gemm"])
+    apply_variant(variant, v)
+    assert toml.to_json() == api.to_json() == variant.to_json()
+    assert toml.extra["cpu"] == {"backend": "openvino", "min_seconds": 1.0}
+
+
+def test_set_option_refuses_what_no_section_has() -> None:
+    from optcli.config import UnknownOption, set_option
+
+    cfg = CompileConfig(model="m.onnx")
+    with pytest.raises(UnknownOption, match=r"unknown key 'rounds' in \[cpu\]") as info:
+        set_option(cfg, "cpu.rounds", 3)
+    assert "min_rounds" in (info.value.hint or "") and info.value.exit_code == 2
+    with pytest.raises(UnknownOption, match=r"unknown config table \[warp\]"):
+        set_option(cfg, "warp.speed", 9)
+    with pytest.raises(UnknownOption, match="unknown compile option 'speed'"):
+        set_option(cfg, "speed", 9)
+    set_option(cfg, "tensorrt.workspace", "4G")
+    set_option(cfg, "out", "build/x")
+    assert cfg.extra["tensorrt"] == {"workspace": "4G"} and cfg.out == Path("build/x")
+
+
+def test_a_frozen_config_refuses_changes_and_its_copy_does_not() -> None:
+    cfg = CompileConfig(model="m.onnx")
+    cfg.freeze()
+    for change in (lambda c: setattr(c, "target", "cpu"), lambda c: setattr(c.quantize, "precision", "int8")):
+        with pytest.raises(UsageError, match="frozen once a run starts"):
+            change(cfg)
+    dup = cfg.copy()
+    dup.quantize.precision = "int8"
+    assert dup.quantize.precision == "int8" and cfg.quantize.precision == "fp32"
+
+
+@pytest.mark.slow
+def test_the_pipeline_freezes_its_copy_and_never_the_callers(tmp_path: Path) -> None:
+    from compile_testkit import make_matmul_add_relu
+    from optcli.pipeline import Pipeline
+
+    cfg = CompileConfig(model=str(make_matmul_add_relu(tmp_path / "m.onnx")), out=tmp_path / "out", target="cpu")
+    cfg.bench.enabled = False
+    cfg.extra["cpu"] = {"min_rounds": 1, "min_seconds": 0.0, "max_seconds": 0.5, "block_ms": 5.0, "switch_ms": 1.0}
+    pipeline = Pipeline(cfg)
+    assert pipeline.run().status == "ok"
+    with pytest.raises(UsageError, match="frozen"):
+        pipeline.config.export.opset = 17
+    cfg.export.opset = 17  # the caller's own config stays theirs

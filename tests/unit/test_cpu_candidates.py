@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from optcli.backends.recipe import PlanRequest
 from optcli.config import CompileConfig
 from optcli.cpu.candidates import Candidate, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
@@ -16,47 +17,57 @@ def _names(cands: list[Candidate]) -> dict[str, str | None]:
     return {c.name: c.skip for c in cands}
 
 
+def _plan(precision: str, backend: str, *, openvino: bool, nncf: bool | str, bf16: bool | None,
+          input_flavour: str | None, dynamic_input: bool, encoder: bool = False) -> list[Candidate]:
+    """plan() with what is installed and OpenVINO's planning facts given, not probed; the candidates of the
+    two backends that build from ONNX (the others have tests of their own)."""
+    cands = plan(PlanRequest(precision, backend, input_flavour=input_flavour, dynamic_input=dynamic_input,
+                             encoder=encoder, installed={"onnxruntime": True, "openvino": openvino},
+                             facts={"openvino": {"nncf": nncf, "bf16": bf16}}))
+    return [c for c in cands if c.backend in ("onnxruntime", "openvino")]
+
+
 def test_fp32_candidates_with_and_without_openvino() -> None:
-    both = _names(plan("fp32", "auto", openvino=True, nncf=True, bf16=None, input_flavour=None, dynamic_input=False))
+    both = _names(_plan("fp32", "auto", openvino=True, nncf=True, bf16=None, input_flavour=None, dynamic_input=False))
     assert both == {"onnxruntime-fp32": None, "openvino-fp32": None}
-    without = _names(plan("fp32", "auto", openvino=False, nncf=True, bf16=None, input_flavour=None,
+    without = _names(_plan("fp32", "auto", openvino=False, nncf=True, bf16=None, input_flavour=None,
                           dynamic_input=False))
     assert without["onnxruntime-fp32"] is None
     assert "openvino is not installed" in without["openvino-fp32"] and "optcli[openvino]" in without["openvino-fp32"]
 
 
 def test_backend_forcing_skips_the_other_backend_with_its_reason() -> None:
-    ov_only = _names(plan("fp32", "openvino", openvino=True, nncf=True, bf16=None, input_flavour=None,
+    ov_only = _names(_plan("fp32", "openvino", openvino=True, nncf=True, bf16=None, input_flavour=None,
                           dynamic_input=False))
     assert ov_only == {"onnxruntime-fp32": "--backend openvino", "openvino-fp32": None}
-    ort_only = _names(plan("int8", "onnxruntime", openvino=True, nncf=True, bf16=None, input_flavour="int8-qdq-u8s8",
+    ort_only = _names(_plan("int8", "onnxruntime", openvino=True, nncf=True, bf16=None, input_flavour="int8-qdq-u8s8",
                            dynamic_input=False))
     assert ort_only["onnxruntime-int8-qdq-u8s8"] is None
     assert all(v == "--backend onnxruntime" for k, v in ort_only.items() if k.startswith("openvino"))
 
 
 def test_int8_candidates_and_skip_reasons() -> None:
-    static = _names(plan("int8", "auto", openvino=True, nncf=True, bf16=True, input_flavour="int8-qdq-u8s8",
+    static = _names(_plan("int8", "auto", openvino=True, nncf=True, bf16=True, input_flavour="int8-qdq-u8s8",
                          dynamic_input=False))
     assert static == {"onnxruntime-int8-qdq-u8s8": None, "openvino-int8-qdq-u8s8": None,
                       "openvino-int8-nncf": None, "openvino-int8-qdq-s8s8": None}
-    dynamic = _names(plan("int8", "auto", openvino=True, nncf="nncf is not installed (pip install nncf)", bf16=True,
+    dynamic = _names(_plan("int8", "auto", openvino=True, nncf="nncf is not installed (pip install nncf)", bf16=True,
                           input_flavour="int8-dynamic", dynamic_input=True, encoder=True))
     assert "no INT8 kernels in OpenVINO" in dynamic["openvino-int8-dynamic"]
     assert dynamic["openvino-int8-nncf"] == dynamic["openvino-int8-nncf-transformer"] == \
         "nncf is not installed (pip install nncf)"
     assert dynamic["openvino-int8-qdq-s8s8"] is None
-    already = _names(plan("int8", "auto", openvino=True, nncf=True, bf16=True, input_flavour="int8-qdq-s8s8",
+    already = _names(_plan("int8", "auto", openvino=True, nncf=True, bf16=True, input_flavour="int8-qdq-s8s8",
                           dynamic_input=False))
     assert already["openvino-int8-qdq-s8s8"] is None
     assert "already qdq-s8s8" in already["openvino-int8-qdq-s8s8 (re-quantized)"]
 
 
 def test_bf16_and_fp16_reasons() -> None:
-    no_bf16 = _names(plan("bf16", "auto", openvino=True, nncf=True, bf16=False, input_flavour=None,
+    no_bf16 = _names(_plan("bf16", "auto", openvino=True, nncf=True, bf16=False, input_flavour=None,
                           dynamic_input=False))
     assert "no BF16" in no_bf16["openvino-bf16"] and "no BF16" in no_bf16["onnxruntime-bf16"]
-    fp16 = _names(plan("fp16", "auto", openvino=True, nncf=True, bf16=None, input_flavour="fp16",
+    fp16 = _names(_plan("fp16", "auto", openvino=True, nncf=True, bf16=None, input_flavour="fp16",
                        dynamic_input=False))
     assert fp16["onnxruntime-fp16"] is None and "no FP16 arithmetic" in fp16["openvino-fp16"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from optcli.artifact import Artifact
 from optcli.config import CompileConfig
-from optcli.model_source import ModelSource
+from optcli.backends.torch.loader import ModelSource
 from optcli.onnx_model import io_specs, load_onnx, op_histogram
 from optcli.stages.base import StageContext
 from optcli.stages.fuse import FuseStage, fusions_made, looks_like_encoder

@@ -42,14 +42,14 @@ def test_ctrl_c_inside_a_stage(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Pat
     with pytest.raises(KeyboardInterrupt):
         Pipeline(config(matmul_onnx, out)).run()
     assert not (out / "02-simplify").exists()
-    assert not (out / "03-fuse").exists()
+    assert not (out / "04-fuse").exists()
     assert leftovers(out) == []
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted"
     assert report["error"]["exit_code"] == 130
     assert [(s["name"], s["status"]) for s in core_stages(report)] == [
         ("export", "skipped"), ("simplify", "interrupted"), ("fuse", "not-run")]
-    for s in report["stages"][2:]:  # fuse, and any stage a later issue added after it
+    for s in report["stages"][2:]:  # unpad, fuse, and any stage a later issue added after them
         assert (s["status"], s["reason"]) == ("not-run", "the run was interrupted")
     assert report["final"] is None
     assert "interrupted" in (out / "report.md").read_text()
@@ -59,18 +59,18 @@ def test_ctrl_c_keeps_the_previous_good_artifact(monkeypatch: pytest.MonkeyPatch
                                                  tmp_path: Path) -> None:
     out = tmp_path / "out"
     Pipeline(config(matmul_onnx, out)).run()
-    good = (out / "03-fuse" / "model.onnx").read_bytes()
+    good = (out / "04-fuse" / "model.onnx").read_bytes()
     monkeypatch.setattr(FuseStage, "run", half_write_then(KeyboardInterrupt()))
     cfg = config(matmul_onnx, out)
     cfg.force = True
     with pytest.raises(KeyboardInterrupt):
         Pipeline(cfg).run()
-    assert (out / "03-fuse" / "model.onnx").read_bytes() == good  # the old one, never the half one
+    assert (out / "04-fuse" / "model.onnx").read_bytes() == good  # the old one, never the half one
     assert leftovers(out) == []
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted"
     assert [s["status"] for s in core_stages(report)] == ["skipped", "ok", "interrupted"]
-    assert all(s["status"] == "not-run" for s in report["stages"][3:])
+    assert all(s["status"] == "not-run" for s in report["stages"][4:])
 
 
 def test_ctrl_c_exit_code_130(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Path, tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from optcli.tensorrt.engine_cache import EngineCache, cache_key, onnx_digest
-from optcli.tensorrt.metadata import EngineMetadata, dtype_name, read_metadata
+from optcli.backends.tensorrt.engine_cache import EngineCache, cache_key, onnx_digest
+from optcli.backends.tensorrt.metadata import EngineMetadata, dtype_name, read_metadata
 
 BASE = dict(onnx_sha256="a" * 64, options={"workspace": None, "builder_opt_level": 3, "hardware_compat": "none",
                                            "version_compat": False},

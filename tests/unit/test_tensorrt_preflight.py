@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compile_testkit import ort_default_int8, run_main
-from optcli.tensorrt.onnx_support import OPS, OPSET_RANGE
-from optcli.tensorrt.preflight import check_file, check_model
+from optcli.backends.tensorrt.onnx_support import OPS, OPSET_RANGE
+from optcli.backends.tensorrt.preflight import check_file, check_model
 
 F, I64, U8, I8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.INT8
 

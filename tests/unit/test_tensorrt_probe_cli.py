@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from optcli.cli.main import main
 from optcli.environment import gpu_name
 from optcli.errors import EXIT_MISSING_DEPENDENCY, MissingDependencyError
-from optcli.tensorrt.probe import TensorRTUnavailableError, _interpret, probe_subprocess, tensorrt_status
+from optcli.backends.tensorrt.probe import TensorRTUnavailableError, _interpret, probe_subprocess, tensorrt_status
 
 needs_no_gpu = pytest.mark.skipif(gpu_name() is not None, reason="this machine has an NVIDIA GPU")
 
@@ -174,8 +174,8 @@ def test_bad_tensorrt_section_in_config_file_exits_2(tiny_onnx, tmp_path, capsys
 
 
 def test_tensorrt_modules_import_nothing_heavy():
-    code = ("import sys, optcli.cli.compile_cmd, optcli.stages.build_tensorrt, optcli.runtime.tensorrt_runner, "
-            "optcli.tensorrt.builder, optcli.tensorrt.probe, optcli.targets; "
+    code = ("import sys, optcli.cli.compile_cmd, optcli.stages.build_tensorrt, optcli.backends.tensorrt.runner, "
+            "optcli.backends.tensorrt.builder, optcli.backends.tensorrt.probe, optcli.targets; "
             "heavy = [m for m in ('torch', 'tensorrt', 'onnxruntime', 'cuda') if m in sys.modules]; "
             "print(heavy); sys.exit(1 if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

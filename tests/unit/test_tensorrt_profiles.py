@@ -6,8 +6,8 @@ import pytest
 from optcli.config import CompileConfig
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, parse_input_spec
-from optcli.tensorrt.options import TensorRTConfig, parse_batch, parse_size, tensorrt_config
-from optcli.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
+from optcli.backends.tensorrt.options import TensorRTConfig, parse_batch, parse_size, tensorrt_config
+from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 
 IMAGE = TensorSpec("x", ("batch", 3, 224, 224), "float32")
 TOKENS = TensorSpec("input_ids", ("batch", "seq"), "int64")
@@ -118,7 +118,7 @@ def test_tensorrt_section_rejects_bad_values(section, message):
 
 
 def test_default_cache_root_follows_environment(monkeypatch, tmp_path):
-    from optcli.tensorrt.options import default_cache_root
+    from optcli.backends.tensorrt.options import default_cache_root
 
     monkeypatch.setenv("OPTCLI_CACHE_DIR", str(tmp_path / "c"))
     assert default_cache_root() == tmp_path / "c" / "tensorrt"

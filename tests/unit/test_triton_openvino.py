@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from triton_fixtures import conv_onnx, parse_config, write_report
 
-from optcli.cpu.options import installed
+from optcli.backends.registry import is_installed as installed
 from optcli.deploy import TritonOptions, export_triton
 from optcli.errors import UsageError
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not installed("openvino"), reason="needs the ope
 
 
 def ir(tmp_path: Path, precision: str) -> Path:
-    from optcli.cpu.openvino_ir import convert_onnx
+    from optcli.backends.openvino.ir import convert_onnx
 
     xml, _ = convert_onnx(conv_onnx(tmp_path / "conv.onnx"), tmp_path / "ir", precision, {})
     return xml

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from optcli.backends.registry import Backend
+
 
 def make_mlp_onnx(path: Path, batch: int | str = "batch") -> Path:
     """x[batch, 16] -> MatMul -> Add -> Relu -> MatMul -> y[batch, 4]."""
@@ -100,6 +102,12 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
                           capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
 
 
+# A test backend, registered by the tests that need it (the register_backend fixture): its "gpu-timed"
+# artifacts are ONNX files run by GpuTimedOnnxRunner.
+BACKEND = Backend(name="gpu-timed", label="GPU-timed ONNX", formats=("gpu-timed",),
+                  runner="measuring_models:GpuTimedOnnxRunner", takes_optimization=True)
+
+
 class GpuTimedOnnxRunner:
     """Stands in for a GPU runner's CUDA-event timer (`time_gpu`), which no machine here can run:
     a real onnxruntime runner plus a `time_gpu` that reports a fixed device time."""
@@ -107,7 +115,7 @@ class GpuTimedOnnxRunner:
     DEVICE_MS = 0.25
 
     def __new__(cls, path: Path, **options):
-        from optcli.runtime.onnxruntime_runner import OnnxRuntimeRunner
+        from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
         class _Runner(OnnxRuntimeRunner):
             def time_gpu(self, feeds, runs: int = 100, warmup: int = 10) -> list[float]:

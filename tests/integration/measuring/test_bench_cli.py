@@ -131,19 +131,15 @@ def test_bad_flags_are_one_line_errors(mlp_onnx: Path) -> None:
     assert proc.returncode == EXIT_USAGE and "values must be >= 1" in proc.stderr
 
 
-def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path) -> None:
-    from optcli.benchmark.artifacts import ResolvedArtifact
+def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path, register_backend) -> None:
+    from optcli.loaded_model import ResolvedArtifact
     from optcli.benchmark.sweep import BenchSettings, run_sweep
     from optcli.cli.bench_cmd import _table
-    from optcli.runtime import _RUNNERS, register_runner
     from rich.console import Console
 
-    register_runner("gpu-timed", "measuring_models", "GpuTimedOnnxRunner")
-    try:
-        result = run_sweep(ResolvedArtifact(mlp_onnx, "gpu-timed"),
-                           BenchSettings(batches=[1, 2], concurrency=[1, 2], **{k: v for k, v in QUICK_API.items()}))
-    finally:
-        _RUNNERS.pop("gpu-timed")
+    register_backend("measuring_models")  # its BACKEND runs the "gpu-timed" format
+    result = run_sweep(ResolvedArtifact(mlp_onnx, "gpu-timed"),
+                       BenchSettings(batches=[1, 2], concurrency=[1, 2], **{k: v for k, v in QUICK_API.items()}))
     by_key = {p.key: p for p in result.points}
     assert by_key[(1, 1)].device_ms["p50"] == 0.25 and by_key[(1, 1)].device_ms["timer"] == "cuda events"
     assert by_key[(2, 1)].device_ms["runs"] >= 20 and by_key[(1, 2)].device_ms is None
@@ -151,3 +147,26 @@ def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path) -> None:
     console.print(_table(result))
     assert "GPU p50 ms" in console.export_text()
     assert result.to_json()["points"][0]["device_ms"]["p50"] == 0.25
+
+
+def test_bench_with_batching(mlp_onnx: Path, tmp_path: Path) -> None:
+    """--batching measures each point again with the concurrent calls batched (optcli/batching.py)."""
+    proc = run_cli("bench", str(mlp_onnx), "--concurrency", "1,4", "--batching",
+                   "max_batch_size=8,max_queue_delay_microseconds=2000", "--json", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    keys = [(p["batch"], p["concurrency"], p["batches"] is not None) for p in data["points"]]
+    assert keys == [(1, 1, False), (1, 1, True), (1, 4, False), (1, 4, True)]
+    batched = [p for p in data["points"] if p["batches"]]
+    assert batched[0]["batches"]["options"]["max_queue_delay_microseconds"] == 2000
+    assert batched[1]["batches"]["mean"] > 1  # 4 callers and a 2 ms delay: batches form
+    assert batched[1]["latency_ms"]["settings"]["batching"]["max_batch_size"] == 8
+    table = run_cli("bench", str(mlp_onnx), "--concurrency", "2", "--batching", "on", "--batching-sessions", "2", *QUICK)
+    assert table.returncode == 0 and "batched (mean batch)" in table.stdout
+    # A saved baseline with batched points still gates only the plain ones.
+    optcli.bench(mlp_onnx, concurrency=[2], batching=True, save_baseline=tmp_path / "b.json", **QUICK_API)
+    again = optcli.bench(mlp_onnx, concurrency=[2], batching=True, baseline=tmp_path / "b.json",
+                         max_regression="900%", check=False, **QUICK_API)
+    assert [(r["batch"], r["concurrency"]) for r in again.regression["rows"]] == [(1, 2)]
+    bad = run_cli("bench", str(mlp_onnx), "--batching", "max_batch_size=0", *QUICK)
+    assert bad.returncode == 2 and "error: batching max_batch_size 0" in bad.stderr

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import optcli
-from optcli.benchmark.artifacts import resolve_artifact
-from optcli.cpu.options import installed
+from optcli.loaded_model import resolve_artifact
+from optcli.backends.registry import is_installed as installed
 from optcli.errors import EXIT_ACCURACY, AccuracyError
 
 from measuring_models import run_cli
@@ -46,12 +46,12 @@ def test_compare_fp32_against_no_fusion(mlp_onnx: Path, tmp_path: Path) -> None:
         assert v["p50_ci_ms"][0] <= v["latency_b1"]["p50"] <= v["p50_ci_ms"][1]
         assert v["accuracy"]["cosine_mean"] > 0.999 and v["size_bytes"] > 0
     by_name = {v["name"]: v for v in data["variants"]}
-    last = "04-build-cpu" if OPENVINO else "03-fuse"
+    last = "05-build-cpu" if OPENVINO else "04-fuse"
     assert last in by_name["fp32"]["artifact"] and "fuse" not in Path(by_name["nofuse"]["artifact"]).parent.name
     # Each variant in its own folder; the second reused the first one's simplify stage.
     assert _stage_status(out / "nofuse" / "report.json")["simplify"] == "cached"
     folders = sorted(p.name for p in (out / "nofuse").iterdir() if p.is_dir() and not p.name.endswith("-cache"))
-    assert folders == (["02-simplify", "03-build-cpu"] if OPENVINO else ["02-simplify"])   # no 03-fuse linked in
+    assert folders == (["02-simplify", "04-build-cpu"] if OPENVINO else ["02-simplify"])   # no 04-fuse linked in
     assert json.loads((out / "compare.json").read_text())["recommended"] == data["recommended"]
     md = (out / "compare.md").read_text()
     assert f"**Recommended: `{data['recommended']}`**" in md and "| nofuse" in md and "| fp32" in md

@@ -62,4 +62,5 @@ def test_plot_without_matplotlib_names_the_extra(mlp_onnx: Path, tmp_path: Path)
 def test_profile_refuses_a_pytorch_file(cnn_pt2: Path) -> None:
     proc = run_cli("profile", str(cnn_pt2))
     assert proc.returncode == EXIT_USAGE
-    assert "need an .onnx or .engine artifact" in proc.stderr and "hint:" in proc.stderr
+    assert "per-layer profiles need an artifact of ONNX Runtime (.onnx)" in proc.stderr
+    assert "not a PyTorch pt2 file" in proc.stderr and "hint:" in proc.stderr

@@ -4,11 +4,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ["optcli.api", "optcli.benchmark.artifacts", "optcli.benchmark.feeds", "optcli.benchmark.sweep",
-           "optcli.benchmark.baseline", "optcli.profiling.result", "optcli.profiling.onnxruntime_profile",
-           "optcli.profiling.tensorrt_profile", "optcli.comparison.variants", "optcli.comparison.interleave",
+MODULES = ["optcli.api", "optcli.loaded_model", "optcli.benchmark.feeds", "optcli.benchmark.sweep",
+           "optcli.benchmark.baseline", "optcli.profiling.result", "optcli.backends.onnxruntime.profile",
+           "optcli.backends.tensorrt.profile", "optcli.comparison.variants", "optcli.comparison.interleave",
            "optcli.comparison.result", "optcli.comparison.workflow", "optcli.plots", "optcli.cli.bench_cmd",
-           "optcli.cli.profile_cmd", "optcli.cli.compare_cmd", "optcli.runtime.torch_runner"]
+           "optcli.cli.profile_cmd", "optcli.cli.compare_cmd", "optcli.backends.torch.runner"]
 
 
 def test_modules_import_and_help_runs_without_heavy_dependencies() -> None:

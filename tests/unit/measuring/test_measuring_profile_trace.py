@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from optcli.profiling.onnxruntime_profile import GraphIndex, parse_trace
+from optcli.backends.onnxruntime.profile import GraphIndex, parse_trace
 from optcli.profiling.result import LayerTime, ProfileResult, finish
 
 

@@ -1,0 +1,1 @@
+"""AOTInductor's CPU build recipe (one module, defining RECIPE; listed in the descriptor)."""

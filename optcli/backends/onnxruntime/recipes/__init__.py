@@ -1,0 +1,1 @@
+"""ONNX Runtime's CPU build recipes, one per module (each defines RECIPE); listed in the descriptor."""

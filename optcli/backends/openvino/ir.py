@@ -1,0 +1,97 @@
+"""Make OpenVINO IRs: ONNX -> IR with the precision recorded, and NNCF INT8 from calibration data.
+
+Weights stay FP32 in the IR (`compress_to_fp16=False`): OpenVINO's save_model halves FP32 weights
+to FP16 by default, which changes the numbers the accuracy gate measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from optcli.calibration.dataset import SampleSet
+from optcli.errors import StageError
+from optcli.optional_imports import require
+from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
+
+# ONNX op types -> the OpenVINO op types they become, for --exclude-op in NNCF's ignored scope.
+OV_OP_TYPES = {"Conv": ["Convolution", "GroupConvolution"], "ConvTranspose": ["ConvolutionBackpropData"],
+               "Gemm": ["MatMul"], "MatMul": ["MatMul"], "Add": ["Add"], "Mul": ["Multiply"]}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:240]
+
+
+def save_ir(model: Any, folder: Path, precision: str, facts: dict[str, str]) -> Path:
+    """Save `model` as folder/model.xml + model.bin with optcli's records in its rt_info."""
+    ov = require("openvino", "writing OpenVINO models")
+    model.set_rt_info(precision, RT_INFO_PRECISION)
+    for key, value in facts.items():
+        model.set_rt_info(str(value), ["optcli", key])
+    folder.mkdir(parents=True, exist_ok=True)
+    xml = folder / MODEL_FILE
+    ov.save_model(model, str(xml), compress_to_fp16=False)
+    return xml
+
+
+def convert_onnx(onnx_path: Path, folder: Path, precision: str, facts: dict[str, str]) -> tuple[Path, dict[str, Any]]:
+    """ONNX -> IR; returns (model.xml, build facts)."""
+    ov = require("openvino", "converting ONNX models to OpenVINO")
+    t0 = time.perf_counter()
+    try:
+        model = ov.convert_model(str(onnx_path))
+    except Exception as exc:  # OpenVINO's frontend raises OpConversionFailure and plain RuntimeErrors
+        raise StageError(f"OpenVINO cannot convert {onnx_path.name}: {_first_line(exc)}",
+                         hint="use --backend onnxruntime") from exc
+    xml = save_ir(model, folder, precision, facts)
+    return xml, {"from": onnx_path.name, "seconds": round(time.perf_counter() - t0, 3), "openvino": ov.__version__}
+
+
+def _ignored_scope(nncf: Any, nodes: list[str], op_types: list[str]) -> Any:
+    """The user's --exclude / --exclude-op as NNCF's ignored scope. OpenVINO names a converted node
+    after the ONNX node, or `<name>/<part>` where one node became several (Gemm -> MatMul + Add)."""
+    patterns = [f"^{re.escape(n)}(/.*)?$" for n in nodes]
+    types = sorted({t for op in op_types for t in OV_OP_TYPES.get(op, [op])})
+    if not patterns and not types:
+        return None
+    return nncf.IgnoredScope(patterns=patterns, types=types, validate=False)
+
+
+def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: bool, exclude_nodes: list[str],
+              exclude_ops: list[str], facts: dict[str, str], precision: str) -> tuple[Path, dict[str, Any]]:
+    """NNCF post-training INT8 of the FP32 ONNX (as an IR) from the calibration samples, with NNCF's
+    defaults except: every sample is used (subset_size), transformer encoders get
+    model_type=TRANSFORMER (its SmoothQuant and placement; without it a pretrained sentence encoder
+    fell to cosine 0.63 here), and the user's exclusions become its ignored scope."""
+    ov = require("openvino", "NNCF INT8 for OpenVINO")
+    nncf = require("nncf", "NNCF INT8 for OpenVINO")
+    t0 = time.perf_counter()
+    model = ov.convert_model(str(onnx_path))
+    names = [p.get_any_name() for p in model.inputs]
+    items = [{n: calib.arrays[n][i:i + 1] for n in names} for i in range(len(calib))]
+    kwargs: dict[str, Any] = {"subset_size": len(items)}
+    if transformer:
+        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+    scope = _ignored_scope(nncf, exclude_nodes, exclude_ops)
+    if scope is not None:
+        kwargs["ignored_scope"] = scope
+    # NNCF logs at INFO and draws progress bars on stdout/stderr; a library stays quiet.
+    logging.getLogger("nncf").setLevel(logging.ERROR)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            quantized = nncf.quantize(model, nncf.Dataset(items), **kwargs)
+    except Exception as exc:
+        raise StageError(f"NNCF quantization failed: {type(exc).__name__}: {_first_line(exc)}",
+                         hint="turn the NNCF candidate off with [cpu] nncf = \"off\"") from exc
+    xml = save_ir(quantized, folder, precision, facts)
+    ops = [op.get_type_name() for op in quantized.get_ordered_ops()]
+    return xml, {"from": onnx_path.name, "seconds": round(time.perf_counter() - t0, 3), "nncf": nncf.__version__,
+                 "model_type": "transformer" if transformer else "default", "calibration_samples": len(items),
+                 "fake_quantize": ops.count("FakeQuantize"), "ignored_scope": bool(scope)}

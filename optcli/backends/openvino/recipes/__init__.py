@@ -1,0 +1,1 @@
+"""OpenVINO's CPU build recipes, one per module (each defines RECIPE); listed in the descriptor."""

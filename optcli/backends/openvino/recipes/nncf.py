@@ -1,0 +1,35 @@
+"""Recipe `nncf`: NNCF post-training INT8 of the FP32 ONNX as an IR, with NNCF's defaults."""
+from __future__ import annotations
+
+from optcli.backends.openvino.recipes.sources import excluded_nodes, ir_built, named_float, precision_hint, \
+    quantize_source
+from optcli.backends.recipe import Built, Candidate, CpuRecipe, PlanRequest, RecipeContext
+
+
+class NncfRecipe(CpuRecipe):
+    name = "nncf"
+    backend = "openvino"
+    simplicity = 2
+    transformer = False   # NNCF's model_type=TRANSFORMER (the nncf-transformer recipe)
+
+    def offered(self, req: PlanRequest) -> bool:
+        return req.precision == "int8"
+
+    def plan(self, req: PlanRequest) -> list[Candidate]:
+        if not self.offered(req):
+            return []
+        nncf = req.facts.get(self.backend, {}).get("nncf", True)
+        return [self.candidate(f"openvino-int8-{self.name}", "int8", None if nncf is True else str(nncf))]
+
+    def build(self, cand: Candidate, ctx: RecipeContext) -> Built:
+        from optcli.backends.openvino.ir import nncf_int8
+
+        hint = precision_hint(cand.precision)
+        named = named_float(quantize_source(ctx), ctx.workdir)
+        xml, details = nncf_int8(named, ctx.folder, ctx.calib, transformer=self.transformer,
+                                 exclude_nodes=excluded_nodes(ctx, named),
+                                 exclude_ops=ctx.stage.config.quantize.exclude_ops, facts=ctx.records, precision=hint)
+        return ir_built(xml, details, hint)
+
+
+RECIPE = NncfRecipe()

@@ -1,0 +1,200 @@
+"""The CPU build-recipe interface: how a backend offers build-cpu its candidates.
+
+A recipe is one way to make a CPU artifact (run the input ONNX as it is, convert it to an OpenVINO IR,
+quantize with NNCF, compile the exported program with AOTInductor ...). One recipe per file under
+optcli/backends/<name>/recipes/, an instance named RECIPE, listed in the backend's descriptor
+(`cpu_recipes`). build-cpu asks every registered backend's recipes to `plan` for the precision asked,
+skips what a forced `--backend` or a missing package rules out, `build`s the rest, gates each on
+accuracy against the FP32 ONNX on held-out data, measures all in one interleaved run and keeps the
+fastest within tolerance. A recipe builds; it does not evaluate, measure or choose.
+
+    class ConvertRecipe(CpuRecipe):
+        name = "convert"                 # the report's candidate `recipe`
+        backend = "openvino"             # whose runner runs what it builds
+        simplicity = 1                   # ties in speed and accuracy go to the simplest recipe
+
+        def plan(self, req: PlanRequest) -> list[Candidate]:
+            if req.precision not in ("fp32", "bf16"):
+                return []
+            return [self.candidate(f"openvino-{req.precision}", req.precision)]
+
+        def build(self, cand: Candidate, ctx: RecipeContext) -> Built:
+            xml, facts = convert_onnx(ctx.first_float_onnx().path, ctx.folder, ...)
+            return Built(xml, "openvino", runner_options={"precision": ...}, details=facts)
+
+Raise an OptcliError (or let the backend's own exception through) when a build fails: that candidate
+fails with the first line of the message and the others still compete.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from optcli.backends.registry import ONNX
+from optcli.errors import StageError
+
+if TYPE_CHECKING:
+    from optcli.artifact import Artifact
+    from optcli.calibration.dataset import SampleSet
+    from optcli.cpu.options import CpuConfig
+    from optcli.backends.torch.loader import ModelSource, TorchModel
+    from optcli.quantize.tolerance import Tolerance
+    from optcli.stages.base import StageContext
+
+
+@dataclass
+class Candidate:
+    """One way to run the model on this CPU: planned, then built, evaluated and measured."""
+
+    name: str                       # e.g. openvino-int8-nncf
+    backend: str                    # the registered backend whose runner runs it
+    precision: str                  # fp32 | bf16 | fp16 | int8 (what the graph computes in)
+    recipe: str                     # the recipe's name: input | convert | nncf ... (optcli/backends/*/recipes/)
+    skip: str | None = None         # why it is not built
+    path: Path | None = None        # the built model (.onnx, .xml ...)
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)     # how it was made, build seconds
+    accuracy: dict[str, Any] | None = None
+    failure: str | None = None      # the tolerance it missed, or why it did not build/run
+    latency: dict[str, Any] | None = None
+    format: str | None = None       # the built model's artifact format
+    simplicity: int = 9             # ties go to fewer moving parts (0: the input as it is)
+    builder: CpuRecipe | None = field(default=None, repr=False, compare=False)  # the recipe that builds it
+    search: dict[str, Any] = field(default_factory=dict)    # prediction, seconds per phase (optcli/search)
+
+    @property
+    def passed(self) -> bool:
+        return self.skip is None and self.accuracy is not None and self.failure is None
+
+    @property
+    def p50(self) -> float | None:
+        return self.latency.get("p50") if self.latency else None
+
+    def to_json(self) -> dict[str, Any]:
+        status = "skipped" if self.skip else ("passed" if self.passed else "failed")
+        out: dict[str, Any] = {"name": self.name, "backend": self.backend, "precision": self.precision,
+                               "recipe": self.recipe, "status": status}
+        if self.search:
+            out["search"] = self.search
+        if self.skip:
+            out["reason"] = self.skip
+            return out
+        if self.failure:
+            out["reason"] = self.failure
+        out["build"] = self.build
+        out["runner_options"] = self.runner_options
+        if self.accuracy is not None:
+            keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy")
+            out["accuracy"] = {k: round(float(self.accuracy[k]), 6) for k in keys if k in self.accuracy}
+        if self.latency is not None:
+            out["latency_ms"] = self.latency
+        return out
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What planning knows before anything is built (pure data: tests build one by hand)."""
+
+    precision: str                              # fp32 | bf16 | fp16 | int8
+    backend: str = "auto"                       # --backend / [cpu] backend
+    input_flavour: str | None = None            # the quantize stage's flavour of the input (int8-qdq-u8s8 ...)
+    dynamic_input: bool = False                 # the input ONNX is dynamically quantized
+    encoder: bool = False                       # the input ONNX looks like a transformer encoder
+    input_format: str = "onnx"                  # build-cpu's input artifact format
+    torch_source: bool = False                  # the user's model is PyTorch (a .pt2 or module to build from)
+    batch: int = 1                              # the batch candidates are measured at ([bench] batch)
+    installed: dict[str, bool] = field(default_factory=dict)   # backend name -> installed (absent: ask)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend name -> its cpu_facts()
+
+
+@dataclass
+class Built:
+    """What a recipe made: the model file, its format, how to open it, and how it was made."""
+
+    path: Path
+    format: str
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)       # the report's candidate `build`
+
+
+@dataclass
+class RecipeContext:
+    """Everything a recipe may read to build one candidate."""
+
+    stage: StageContext                         # the run: config, the user's model, inputs, facts
+    artifact: Artifact                          # build-cpu's input ONNX (quantized where int8)
+    lineage: list[Artifact]                     # this run's artifacts, newest first (`artifact` first)
+    calib: SampleSet | None                     # calibration samples (int8), None otherwise
+    eval: SampleSet                             # held-out evaluation samples (the gate runs on these)
+    precision: str
+    tolerance: Tolerance
+    cpu: CpuConfig
+    workdir: Path                               # the stage's folder: files candidates share
+    folder: Path                                # this candidate's own folder (create it)
+    candidates: list[Candidate]                 # every candidate of this run (earlier ones already gated)
+    records: dict[str, str] = field(default_factory=dict)  # facts to record in what it builds
+
+    @property
+    def source(self) -> ModelSource:
+        """The user's model as given (path and format)."""
+        return self.stage.source
+
+    @property
+    def torch_model(self) -> TorchModel | None:
+        """The loaded PyTorch model where the input was PyTorch (module, example inputs), else None."""
+        return self.stage.torch_model
+
+    @property
+    def exported_program(self) -> Path | None:
+        """The user's torch.export program (.pt2) where that was the input, else None."""
+        return self.stage.source.path if self.stage.source.format == "pt2" else None
+
+    def float_onnx(self) -> Artifact:
+        """The newest FP32 ONNX of the run (the quantize stage's input; the input itself at fp32)."""
+        return newest_float_onnx(self.lineage)
+
+    def first_float_onnx(self) -> Artifact:
+        """The oldest FP32 ONNX of the run: the exporter's, or the user's own."""
+        return oldest_float_onnx(self.lineage)
+
+
+def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:
+    return [a for a in lineage if a.format == ONNX and a.precision == "fp32" and a.path.exists()]
+
+
+def newest_float_onnx(lineage: list[Artifact]) -> Artifact:
+    """The first FP32 ONNX of `lineage` (newest first) that still exists."""
+    found = _float_onnx(lineage)
+    if not found:
+        raise StageError("cannot find the FP32 ONNX this model was made from",
+                         hint="run the whole pipeline (optcli compile MODEL) rather than a single stage")
+    return found[0]
+
+
+def oldest_float_onnx(lineage: list[Artifact]) -> Artifact:
+    """The last FP32 ONNX of `lineage` (newest first): the exporter's graph, or the user's own ONNX."""
+    return (_float_onnx(lineage) or [newest_float_onnx(lineage)])[-1]
+
+
+class CpuRecipe(ABC):
+    """One way to build a CPU candidate (see the module docstring)."""
+
+    name: ClassVar[str]                         # the candidate's `recipe` in the report
+    backend: ClassVar[str]                      # the registered backend that runs what it builds
+    simplicity: ClassVar[int] = 5               # 0 = the input as it is; higher = more moving parts
+    needs_onnx: ClassVar[bool] = True           # False: builds from the PyTorch model (the run needs no ONNX)
+
+    @abstractmethod
+    def plan(self, req: PlanRequest) -> list[Candidate]:
+        """The candidates it offers for req.precision ([] for none); a candidate it cannot build here
+        carries its reason in `skip` so the report says why it is absent."""
+
+    @abstractmethod
+    def build(self, cand: Candidate, ctx: RecipeContext) -> Built:
+        """Build `cand` (files under ctx.folder, or the input itself) and say what was made."""
+
+    def candidate(self, name: str, precision: str, skip: str | None = None) -> Candidate:
+        """A planned candidate of this recipe."""
+        return Candidate(name, self.backend, precision, self.name, skip, simplicity=self.simplicity, builder=self)

@@ -1,0 +1,33 @@
+"""TensorRT: builds serialized engines from ONNX on an NVIDIA GPU (the build-tensorrt stage) and runs them.
+
+Nothing here imports tensorrt or torch at module level: the build functions take the `tensorrt`
+module as an argument (so contract tests can pass a test double of exactly the API slice used),
+and the probe runs TensorRT in a child process, because a builder created without a usable GPU
+can abort the whole process instead of raising.
+
+Modules: options (TensorRTConfig, the `[tensorrt]` config section), probe (GPU + TensorRT
+detection), profiles (optimization profiles from input specs), metadata (model.engine.json),
+engine_cache (the on-disk engine cache), builder (ONNX -> serialized engine, timing cache),
+onnx_support (TensorRT's ONNX parser support matrix, as data), preflight (the checks
+`optcli check --target tensorrt` and the stages run on any machine), runner (runs an engine),
+profile (per-layer times), engine_metadata and triton (serving an engine on Triton).
+"""
+from optcli.backends.registry import Backend
+
+_HERE = "optcli.backends.tensorrt"
+
+BACKEND = Backend(
+    name="tensorrt",
+    label="TensorRT",
+    formats=("engine",),
+    suffixes=(".engine", ".plan", ".trt"),
+    folder_files=("model.engine",),     # a TensorRT engine cache entry
+    package="tensorrt",
+    extra="tensorrt",
+    runner=f"{_HERE}.runner:TensorRTRunner",
+    device_option=f"{_HERE}.runner:device_index",
+    gpu_recipes=(f"{_HERE}.builder:obtain_engine",),
+    profiler=f"{_HERE}.profile:profile_engine",
+    triton_platform="tensorrt_plan",
+    triton=f"{_HERE}.triton:TRITON",
+)

@@ -1,0 +1,137 @@
+"""Optimization profiles: the MIN/OPT/MAX shape of every input that has a dynamic dim.
+
+TensorRT needs a profile for each network input with a dynamic (-1) dim; it optimizes kernels for
+OPT and accepts any shape between MIN and MAX at run time. Where the shapes come from, per input:
+1. an explicit `--input NAME:MIN/OPT/MAX` profile;
+2. otherwise dim by dim: a fixed dim of the model stays; a dynamic dim 0 takes `--batch MIN/OPT/MAX`
+   (or the default batch range when nothing is said); another dynamic dim takes the size pinned
+   with `--input NAME:SHAPE`; anything still unknown is a usage error naming the flag to use.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.tensor_spec import TensorSpec, format_shape
+from optcli.backends.tensorrt.options import Batch
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    """One input's shape range. Inputs with dynamic axes in the graph get a TensorRT profile (even a
+    fixed one, e.g. --batch 8); fully static inputs need none."""
+
+    name: str
+    min: Shape
+    opt: Shape
+    max: Shape
+    dynamic_axes: tuple[int, ...] = ()
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.dynamic_axes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max),
+                "dynamic_axes": list(self.dynamic_axes)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> InputProfile:
+        return cls(d["name"], tuple(d["min"]), tuple(d["opt"]), tuple(d["max"]), tuple(d.get("dynamic_axes", ())))
+
+    def accepts(self, shape: Iterable[int]) -> bool:
+        shape = tuple(shape)
+        return len(shape) == len(self.min) and all(a <= s <= b for a, s, b in zip(self.min, shape, self.max))
+
+    def describe(self) -> str:
+        if self.min == self.max:
+            return f"{self.name}:{format_shape(self.min)}"
+        return f"{self.name}:{format_shape(self.min)}/{format_shape(self.opt)}/{format_shape(self.max)}"
+
+
+def default_batch(bench_batch: int = 1, accuracy_batch: int = 2) -> Batch:
+    """Used when the graph has a dynamic batch and nothing is said: 1..32, tuned for the bench batch,
+    and wide enough for the batches the pipeline measures and checks."""
+    return (1, bench_batch, max(32, bench_batch, accuracy_batch))
+
+
+def _is_fixed(d: Any) -> bool:
+    return isinstance(d, int) and d > 0
+
+
+def build_profiles(specs: list[TensorSpec], *, pinned: list[TensorSpec] | None = None,
+                   batch: Batch | None = None, fallback_batch: Batch | None = None) -> list[InputProfile]:
+    """Profiles for the graph inputs `specs` (shapes as in the ONNX), from user pins and the batch range."""
+    pins = {p.name: p for p in pinned or []}
+    names = {s.name for s in specs}
+    for p in pins.values():
+        if p.name not in names:
+            raise UsageError(f"--input {p.name}: the model has no input of that name",
+                             hint=f"its inputs are: {', '.join(sorted(names)) or '(none)'}")
+    if batch is not None and not any(s.shape and not _is_fixed(s.shape[0]) for s in specs):
+        fixed = next((s.shape[0] for s in specs if s.shape), None)
+        raise UsageError(f"--batch needs a dynamic batch dim, but the model fixes it at {fixed}",
+                         hint="re-export without --static-batch, or drop --batch")
+    dim0 = batch or fallback_batch or default_batch()
+    profiles = []
+    for spec in specs:
+        pin = pins.get(spec.name)
+        dynamic = tuple(i for i, d in enumerate(spec.shape) if not _is_fixed(d))
+        if pin is not None and pin.profile is not None:
+            profiles.append(_explicit(spec, pin, dynamic))
+            continue
+        mn: list[int] = []
+        opt: list[int] = []
+        mx: list[int] = []
+        for i, d in enumerate(spec.shape):
+            if _is_fixed(d):
+                lo = mid = hi = int(d)
+            elif i == 0:
+                lo, mid, hi = dim0
+            elif pin is not None and i < len(pin.shape) and _is_fixed(pin.shape[i]):
+                lo = mid = hi = int(pin.shape[i])
+            else:
+                example = "x".join(str(x) if _is_fixed(x) else ("1" if j == 0 else "128")
+                                   for j, x in enumerate(spec.shape))
+                raise UsageError(
+                    f"input {spec.name!r} has a dynamic dim {d!r} at axis {i}: TensorRT needs its range",
+                    hint=f"give a profile, e.g. --input {spec.name}:{example}/{example}/{example}, "
+                         f"or pin the size with --input {spec.name}:{example}")
+            mn.append(lo)
+            opt.append(mid)
+            mx.append(hi)
+        profiles.append(InputProfile(spec.name, tuple(mn), tuple(opt), tuple(mx), dynamic))
+    return profiles
+
+
+def _explicit(spec: TensorSpec, pin: TensorSpec, dynamic: tuple[int, ...]) -> InputProfile:
+    assert pin.profile is not None
+    mn, opt, mx = pin.profile
+    if len(mn) != len(spec.shape):
+        raise UsageError(f"--input {spec.name}: profile rank {len(mn)} but the model's input has rank {len(spec.shape)}",
+                         hint=f"the model expects shape {format_shape(spec.shape)}")
+    for i, d in enumerate(spec.shape):
+        if _is_fixed(d) and not mn[i] == opt[i] == mx[i] == d:
+            raise UsageError(f"--input {spec.name}: the model fixes dim {i} at {d}, the profile asks for "
+                             f"{mn[i]}/{opt[i]}/{mx[i]}", hint=f"the model expects shape {format_shape(spec.shape)}")
+    return InputProfile(spec.name, tuple(mn), tuple(opt), tuple(mx), dynamic)
+
+
+def check_batches(profiles: list[InputProfile], batches: dict[str, int]) -> None:
+    """Raise UsageError when a batch the pipeline will run (bench, accuracy) is outside the profiles."""
+    for p in profiles:
+        if 0 not in p.dynamic_axes:
+            continue
+        for what, b in batches.items():
+            if not p.min[0] <= b <= p.max[0]:
+                raise UsageError(
+                    f"the {what} batch {b} is outside the batch range {p.min[0]}..{p.max[0]} of input {p.name!r}",
+                    hint=f"widen it with --batch {min(b, p.min[0])}/{p.opt[0]}/{max(b, p.max[0])}")
+
+
+def profiles_json(profiles: list[InputProfile]) -> list[dict[str, Any]]:
+    return [p.to_json() for p in profiles]

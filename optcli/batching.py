@@ -1,0 +1,363 @@
+"""In-process dynamic batching: concurrent `predict` calls gathered into one batch, run once, split back.
+
+`optcli.load(path, batching=...)` wraps the loaded runner in a BatchedRunner. The knobs and their
+meaning are those of Triton's `dynamic_batching` (docs/serve.md): a batch is sent when it reaches
+`max_batch_size`, when it reaches the largest of `preferred_batch_size`, or when the oldest request
+has waited `max_queue_delay_microseconds`; with a delay of 0 (Triton's default) whatever is queued
+when a backend handle frees up goes as one batch, so batches grow exactly when the model is busy.
+Requests are merged only when every input has the same non-batch shape and dtype (no padding), so
+two sequence lengths never share a batch (optcli/batch_merge.py, shared with the model that
+`optcli serve` runs inside Triton).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+from optcli.batch_merge import batch_blocker, merge, merge_key, rows, split
+from optcli.errors import UsageError
+
+_KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size"
+# CLI spellings (`--batching max-batch-size=16,delay-us=500`) for Triton's names.
+_ALIASES = {"max-batch-size": "max_batch_size", "max": "max_batch_size",
+            "max-queue-delay-us": "max_queue_delay_microseconds", "max_queue_delay_us": "max_queue_delay_microseconds",
+            "delay-us": "max_queue_delay_microseconds", "delay_us": "max_queue_delay_microseconds",
+            "preferred": "preferred_batch_size", "preferred-batch-size": "preferred_batch_size"}
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """Triton's dynamic_batching knobs, under Triton's names."""
+
+    max_batch_size: int = 8
+    max_queue_delay_microseconds: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+            raise UsageError(f"batching max_batch_size {self.max_batch_size!r}: must be an integer >= 1",
+                             hint="e.g. batching={'max_batch_size': 16}")
+        if not isinstance(self.max_queue_delay_microseconds, int) or self.max_queue_delay_microseconds < 0:
+            raise UsageError(f"batching max_queue_delay_microseconds {self.max_queue_delay_microseconds!r}: "
+                             "must be an integer >= 0", hint="e.g. 500 (half a millisecond)")
+        preferred = tuple(sorted(set(self.preferred_batch_size)))
+        if any(not isinstance(p, int) or not 1 <= p <= self.max_batch_size for p in preferred):
+            raise UsageError(f"batching preferred_batch_size {list(self.preferred_batch_size)}: each must be within "
+                             f"1..{self.max_batch_size} (max_batch_size)", hint="e.g. preferred_batch_size=[4, 8]")
+        object.__setattr__(self, "preferred_batch_size", preferred)
+
+    @property
+    def delay_s(self) -> float:
+        return self.max_queue_delay_microseconds / 1e6
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_batch_size": self.max_batch_size,
+                "max_queue_delay_microseconds": self.max_queue_delay_microseconds,
+                "preferred_batch_size": list(self.preferred_batch_size)}
+
+
+def batching_options(value: Any) -> BatchingOptions:
+    """`True` (defaults), a dict of Triton's knob names, a BatchingOptions, or the CLI text."""
+    if isinstance(value, BatchingOptions):
+        return value
+    if value is True:
+        return BatchingOptions()
+    if isinstance(value, str):
+        return parse_batching(value)
+    if isinstance(value, dict):
+        fields = {_ALIASES.get(str(k), str(k)): v for k, v in value.items()}
+        unknown = sorted(set(fields) - set(BatchingOptions.__dataclass_fields__))
+        if unknown:
+            raise UsageError(f"unknown batching option {unknown[0]!r}", hint=f"options: {_KNOBS}")
+        if "preferred_batch_size" in fields:
+            fields["preferred_batch_size"] = tuple(fields["preferred_batch_size"])
+        return BatchingOptions(**fields)
+    raise UsageError(f"batching={value!r}: pass True, a dict or optcli.batching.BatchingOptions",
+                     hint=f"e.g. batching={{'max_batch_size': 16, 'max_queue_delay_microseconds': 500}} ({_KNOBS})")
+
+
+def parse_batching(text: str) -> BatchingOptions:
+    """`on`, or `max_batch_size=16,max_queue_delay_microseconds=500,preferred_batch_size=4/8`
+    (also `max=16,delay-us=500,preferred=4/8`)."""
+    hint = "e.g. --batching max_batch_size=16,max_queue_delay_microseconds=500,preferred_batch_size=4/8"
+    if text.strip().lower() in ("on", "true", "yes", ""):
+        return BatchingOptions()
+    fields: dict[str, Any] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = item.partition("=")
+        key = _ALIASES.get(key.strip().lower(), key.strip().lower())
+        if not sep or key not in BatchingOptions.__dataclass_fields__:
+            raise UsageError(f"bad --batching item {item!r}", hint=f"{hint} ({_KNOBS})")
+        try:
+            if key == "preferred_batch_size":
+                fields[key] = tuple(int(p) for p in value.replace("/", " ").split())
+            else:
+                fields[key] = int(value)
+        except ValueError:
+            raise UsageError(f"bad --batching item {item!r}: not an integer", hint=hint) from None
+    return BatchingOptions(**fields)
+
+
+def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int:
+    """How many of the queued compatible requests (their sizes, oldest first) to send now, 0 to wait.
+
+    Full (max_batch_size reached) or the largest preferred size reached: send now. Otherwise wait
+    until the delay expires, then send the largest preferred size that can be formed, else all."""
+    count, total = 0, 0
+    for size in sizes:
+        if count and total + size > options.max_batch_size:
+            break
+        count, total = count + 1, total + size
+    if not count:
+        return 0
+    preferred = options.preferred_batch_size
+    full = total >= options.max_batch_size or count < len(sizes)
+    if not (full or expired or (preferred and total >= preferred[-1])):
+        return 0
+    if preferred:
+        prefix = list(accumulate(sizes[:count]))
+        fits = [i + 1 for i, s in enumerate(prefix) if s in preferred]
+        if fits:
+            return fits[-1]
+    return count
+
+
+# -- the batcher ------------------------------------------------------------------------------------
+class _Request:
+    """One call in the queue. A caller of run() waits on `wake` (made only if it has to wait) for its
+    result or for its turn to lead; a predict_async call has a Future instead."""
+
+    __slots__ = ("feeds", "rows", "key", "enqueued", "future", "wake", "lead", "done", "result", "error")
+
+    def __init__(self, feeds: dict[str, Any], future: Future | None) -> None:
+        self.feeds = feeds
+        self.key = merge_key(feeds)
+        self.rows = rows(feeds)
+        self.enqueued = time.perf_counter()
+        self.future = future
+        self.wake: threading.Event | None = None
+        self.lead = False            # this caller holds a free handle and runs the next batch
+        self.done = False
+        self.result: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+
+class _Batcher:
+    """Leader/follower batching with no dispatcher thread: a caller that finds a backend handle free
+    runs the next batch itself (its own request and whatever is queued), so a lone caller pays no
+    thread switch; the others wait, and when a batch ends its leader hands the handle to the oldest
+    waiting caller. `predict_async` calls are led by a pool thread. Kept apart from BatchedRunner so
+    a wrapper dropped without close() is still closed by its finalizer."""
+
+    def __init__(self, runner: Any, options: BatchingOptions) -> None:
+        self.runner = runner
+        self.options = options
+        self.names = [s.name for s in runner.outputs]
+        self.handles = runner.concurrency
+        self.idle = runner.concurrency   # handles no leader holds
+        self.queue: list[_Request] = []
+        self.cond = threading.Condition()
+        self.closed = False
+        self.pool: ThreadPoolExecutor | None = None
+        self.histogram: Counter[int] = Counter()
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """Run one request in the caller's thread, batched with whatever is in flight."""
+        request = self._enqueue(_Request(feeds, None))
+        while True:
+            if request.lead:
+                request.lead = False
+                self._lead()
+            with self.cond:
+                if request.done:
+                    break
+                if request.lead:
+                    continue
+                if request.wake is None:
+                    request.wake = threading.Event()
+                wake = request.wake
+            wake.wait()
+            wake.clear()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def submit(self, feeds: dict[str, Any]) -> Future:
+        """Queue one request; a pool thread leads when a handle is free."""
+        future: Future = Future()
+        self._enqueue(_Request(feeds, future))
+        return future
+
+    def _enqueue(self, request: _Request) -> _Request:
+        with self.cond:
+            if self.closed:
+                raise UsageError("this model was closed", hint="load it again with optcli.load()")
+            self.queue.append(request)
+            self.cond.notify_all()  # a leader waiting out the queue delay takes it into its batch
+            if self.idle:
+                self.idle -= 1
+                if request.future is None:
+                    request.lead = True
+                else:
+                    self._pool().submit(self._lead)
+        return request
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=self.handles, thread_name_prefix="optcli-batch")
+        return self.pool
+
+    def _lead(self) -> None:
+        """With a handle held: form one batch, run it, give the handle back (or on to a waiter)."""
+        try:
+            with self.cond:
+                batch = self._take_batch()
+            if batch:
+                self._execute(batch)
+        finally:
+            with self.cond:
+                self.idle += 1
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give free handles to the oldest waiting callers while work is queued (lock held)."""
+        callers = (r for r in self.queue if r.future is None and not r.lead)
+        while self.idle and self.queue:
+            self.idle -= 1
+            caller = next(callers, None)
+            if caller is None:
+                self._pool().submit(self._lead)
+                continue
+            caller.lead = True
+            if caller.wake is not None:
+                caller.wake.set()
+        if self.idle == self.handles and not self.queue:
+            self.cond.notify_all()  # close() waits for this
+
+    def _take_batch(self) -> list[_Request]:
+        """The next batch by pick_batch's rule, oldest request first (lock held)."""
+        while self.queue:
+            first = self.queue[0]
+            if len(self.queue) == 1 or first.key is None:
+                same = [first]
+            else:
+                same = [r for r in self.queue if r.key == first.key]
+            wait = first.enqueued + self.options.delay_s - time.perf_counter()
+            count = pick_batch([r.rows for r in same], self.options, expired=wait <= 0 or self.closed)
+            if not count:
+                self.cond.wait(wait)
+                continue
+            batch = same[:count]
+            if count == len(self.queue):
+                self.queue = []
+            else:
+                taken = {id(r) for r in batch}
+                self.queue = [r for r in self.queue if id(r) not in taken]
+            live = [r for r in batch if r.future is None or r.future.set_running_or_notify_cancel()]
+            if live:
+                return live
+        return []
+
+    def _execute(self, batch: list[_Request]) -> None:
+        results: list[dict[str, Any]] = []
+        error: BaseException | None = None
+        try:
+            outputs = self.runner.run_normalized(merge([r.feeds for r in batch]))
+            results = [dict(zip(self.names, outs)) for outs in split(outputs, [r.rows for r in batch], self.names)]
+        except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
+            error = exc
+        with self.cond:
+            self.histogram[sum(r.rows for r in batch)] += 1
+            for i, r in enumerate(batch):
+                if r.future is None:
+                    r.result, r.error, r.done = (results[i] if results else None), error, True
+                    if r.wake is not None:
+                        r.wake.set()
+        for i, r in enumerate(batch):  # outside the lock: a Future runs its callbacks here
+            if r.future is not None:
+                if error is not None:
+                    r.future.set_exception(error)
+                else:
+                    r.future.set_result(results[i])
+
+    def close(self) -> None:
+        """Refuse new requests, run the queued ones, then close the runner."""
+        with self.cond:
+            if self.closed:
+                return
+            self.closed = True
+            self.cond.notify_all()
+            while self.queue or self.idle < self.handles:
+                self.cond.wait()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        self.runner.close()
+
+
+class BatchedRunner:
+    """A loaded model whose concurrent calls are batched: `predict`, `predict_async`, `close`, like
+    a Runner. `stats()` counts the batches run by size."""
+
+    def __init__(self, runner: Any, options: BatchingOptions) -> None:
+        # The PyTorch runner records no output shapes (shape ()): split() checks those per batch.
+        blocker = batch_blocker(runner.inputs, [o for o in runner.outputs if o.shape])
+        if blocker:
+            runner.close()
+            raise UsageError(f"cannot batch requests for this model: {blocker}",
+                             hint="re-export it with a dynamic batch dim (no --static-batch), or load it without "
+                                  "batching and raise concurrency instead")
+        self.options = options
+        self._runner = runner
+        self._batcher = _Batcher(runner, options)
+        self._finalizer = weakref.finalize(self, self._batcher.close)
+
+    def __getattr__(self, name: str) -> Any:
+        # inputs, outputs, backend, concurrency, path...: the wrapped runner's.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._runner, name)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {**dict(getattr(self._runner, "settings", {}) or {}), "batching": self.options.to_json()}
+
+    def normalize(self, feeds: Any) -> dict[str, Any]:
+        return self._runner.normalize(feeds)
+
+    def describe_inputs(self) -> str:
+        return self._runner.describe_inputs()
+
+    def predict(self, feeds: Any) -> dict[str, Any]:
+        """Run one call (batched with whatever else is in flight); returns {output name: array}."""
+        return self._batcher.run(self._runner.normalize(feeds))
+
+    def predict_async(self, feeds: Any) -> Future:
+        """Queue one call; the Future's result is what predict() returns."""
+        return self._batcher.submit(self._runner.normalize(feeds))
+
+    def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
+        """The hot path for benchmarks: inputs already checked by normalize()."""
+        return list(self._batcher.run(feeds).values())
+
+    def stats(self) -> dict[str, Any]:
+        """{"batches": N, "rows": R, "histogram": {batch size: count}}: what ran so far."""
+        with self._batcher.cond:
+            hist = dict(sorted(self._batcher.histogram.items()))
+        return {"batches": sum(hist.values()), "rows": sum(k * v for k, v in hist.items()), "histogram": hist}
+
+    def close(self) -> None:
+        """Refuse new calls, run the queued ones, then close the model. Safe to call twice."""
+        self._finalizer()
+
+    def __enter__(self) -> BatchedRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

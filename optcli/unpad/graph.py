@@ -1,0 +1,255 @@
+"""The unpad graph rewrite: an encoder computes only up to the last valid position of the batch.
+
+    L = min(S, round_up(max over the batch of the mask's last non-zero position + 1, bucket))
+    every sequence-shaped input[:, :L] -> the encoder body -> outputs padded back to S with 0
+
+S is the padded length the model takes (the mask's dim 1). L is the mask's *extent*, not the sum of
+its ones: with right padding the two agree; with any other layout the extent is just longer, so the
+rewrite is never wrong about which positions hold tokens (it only saves nothing on left padding).
+
+A graph exported at a fixed S carries S in its constants: reshape targets (`[-1, 128, 12, 64]`),
+folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`).
+`despecialise` makes those follow L: an integer shape constant holding S (fed to Reshape, Expand,
+ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a
+broadcast-shaped data constant (dim 0 of 1, not a weight) with axes of size S is sliced to L on them.
+That is a value-based guess, so nothing here is trusted: optcli/unpad/verify.py runs the rewritten
+graph against the original on data and the stage refuses the rewrite when any output differs on a
+valid position (a hidden size equal to S, say, makes the guess wrong and the proof fail).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PREFIX = "optcli_unpad/"
+# Input slots that hold weights, never sequence-shaped data: op -> input indices.
+_WEIGHT_SLOTS = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2),
+                 "LayerNormalization": (1, 2), "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2),
+                 "SkipLayerNormalization": (2, 3, 4)}
+# Input slots that take a shape or a length: op -> input indices.
+_SHAPE_SLOTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (2,), "Range": (1,)}
+_INT_TYPES = (np.int32, np.int64)
+
+
+@dataclass
+class Plan:
+    """What the rewrite acts on: the mask input, the inputs sliced with it, and the padded length."""
+
+    mask: str
+    sequence_inputs: list[str]
+    length: int | str                   # S: an int when the graph fixes it, else the dim's symbol
+    bucket: int
+    seq_axes: dict[str, list[int]] = field(default_factory=dict)   # output -> axes padded back
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mask_input": self.mask, "sequence_inputs": self.sequence_inputs, "padded_length": self.length,
+                "bucket": self.bucket, "sequence_outputs": self.seq_axes}
+
+
+def _dims(value_info: Any) -> list[int | str]:
+    return [d.dim_param if d.HasField("dim_param") else (d.dim_value if d.HasField("dim_value") else "?")
+            for d in value_info.type.tensor_type.shape.dim]
+
+
+def find_plan(model: Any, bucket: int) -> Plan | str:
+    """The Plan for `model`, or why it does not apply (no mask input, nothing to save)."""
+    inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    masks = [i for i in inputs if "mask" in i.name.lower() and len(_dims(i)) == 2]
+    if not masks:
+        return "no attention-mask input (an input named *mask* of shape batch x sequence)"
+    mask = next((m for m in masks if m.name == "attention_mask"), masks[0])
+    length = _dims(mask)[1]
+    if length == "?" or length == 0:
+        return f"the mask input {mask.name!r} has no sequence length (dim 1 unknown)"
+    if isinstance(length, int) and length <= bucket:
+        return f"the padded length {length} is within one bucket ({bucket}): nothing to skip"
+    seq = [i.name for i in inputs if len(_dims(i)) >= 2 and _dims(i)[1] == length]
+    return Plan(mask.name, seq, length, bucket)
+
+
+class _Builder:
+    """Appends nodes and initializers with unique names under PREFIX."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.nodes: list[Any] = []
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{PREFIX}{hint}_{self.count}"
+
+    def const(self, value: np.ndarray, hint: str = "c") -> str:
+        from onnx import numpy_helper
+
+        name = self.name(hint)
+        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], hint: str | None = None, **attrs: Any) -> str:
+        from onnx import helper
+
+        out = self.name(hint or op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+
+def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
+    """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch."""
+    from onnx import TensorProto
+
+    def i64(value: int) -> str:
+        return b.const(np.array(value, np.int64))
+
+    mask = b.node("Cast", [plan.mask], "mask_i64", to=TensorProto.INT64)
+    if isinstance(plan.length, int):
+        full = b.const(np.array(plan.length, np.int64), "padded_length")
+        positions = b.const(np.arange(1, plan.length + 1, dtype=np.int64), "positions")
+    else:
+        shape = b.node("Shape", [plan.mask], "mask_shape", start=1, end=2)
+        full = b.node("Squeeze", [shape], "padded_length")
+        positions = b.node("Range", [i64(1), b.node("Add", [full, i64(1)]), i64(1)], "positions")
+    valid = b.node("Cast", [b.node("Greater", [mask, i64(0)])], to=TensorProto.INT64)
+    extent = b.node("ReduceMax", [b.node("Mul", [valid, positions])], "extent", keepdims=0)
+    extent = b.node("Max", [extent, i64(1)])
+    k = b.const(np.array(plan.bucket, np.int64), "bucket")
+    rounded = b.node("Mul", [b.node("Div", [b.node("Add", [extent, i64(plan.bucket - 1)]), k]), k])
+    length = b.node("Min", [rounded, full], "valid_length")
+    return b.node("Reshape", [length, b.const(np.array([1], np.int64))], "valid_length_1d"), full
+
+
+def _constants(model: Any) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    found = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            found[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return found
+
+
+def _consumers(model: Any) -> dict[str, list[tuple[Any, int]]]:
+    uses: dict[str, list[tuple[Any, int]]] = {}
+    for n in model.graph.node:
+        for i, name in enumerate(n.input):
+            uses.setdefault(name, []).append((n, i))
+    return uses
+
+
+def _shape_tensors(model: Any) -> set[str]:
+    """Tensors used as shapes or lengths: the shape slots' inputs, and what Concat assembles them from."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    stack = [n.input[i] for n in model.graph.node for i in _SHAPE_SLOTS.get(n.op_type, ()) if i < len(n.input)]
+    found: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in found:
+            continue
+        found.add(name)
+        p = producer.get(name)
+        if p is not None and p.op_type == "Concat":
+            stack.extend(p.input)
+    return found
+
+
+def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
+    """Make constants that hold the fixed length S follow L (see the module docstring); returns what
+    was changed, for the report. A no-op when the graph's length is symbolic."""
+    if not isinstance(plan.length, int):
+        return []
+    from onnx import helper
+
+    s = plan.length
+    uses = _consumers(model)
+    shapes = _shape_tensors(model)
+    changed: list[str] = []
+    for name, value in _constants(model).items():
+        slots = uses.get(name, [])
+        if value.dtype.type in _INT_TYPES and value.ndim <= 1 and s in value.reshape(-1).tolist():
+            shape_uses = [(n, i) for n, i in slots if i in _SHAPE_SLOTS.get(n.op_type, ())
+                          or (n.op_type == "Concat" and n.output[0] in shapes)]
+            if not shape_uses:
+                continue
+            dyn = b.node("Cast", [length], to=helper.np_dtype_to_tensor_dtype(value.dtype))
+            if value.ndim == 0:
+                dyn = b.node("Squeeze", [dyn])
+            else:
+                dyn = b.node("Where", [b.const(value == s, "is_length"), dyn, name])
+            for n, i in shape_uses:
+                n.input[i] = dyn
+            changed.append(f"{name} {value.tolist()}")
+        elif value.ndim >= 2 and value.shape[0] == 1 and s in value.shape[1:]:
+            if any(i in _WEIGHT_SLOTS.get(n.op_type, ()) for n, i in slots) or not slots:
+                continue
+            axes = [a for a in range(1, value.ndim) if value.shape[a] == s]
+            ends = b.node("Concat", [length] * len(axes), axis=0) if len(axes) > 1 else length
+            sliced = b.node("Slice", [name, b.const(np.zeros(len(axes), np.int64)), ends,
+                                      b.const(np.array(axes, np.int64))], "sliced_const")
+            for n, i in slots:
+                n.input[i] = sliced
+            changed.append(f"{name} {list(value.shape)} sliced on axes {axes}")
+    return changed
+
+
+def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
+    """Rewrite `model` in place: slice the sequence inputs to L, make the body follow L, and (with
+    `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed."""
+    b = _Builder(model)
+    length, full = _valid_length(b, plan)
+    changed = despecialise(model, b, plan, length)
+    uses = _consumers(model)
+    zero, one = b.const(np.array([0], np.int64)), b.const(np.array([1], np.int64))
+    for name in plan.sequence_inputs:
+        sliced = b.node("Slice", [name, zero, length, one], f"{name}_sliced")
+        for n, i in uses.get(name, []):
+            n.input[i] = sliced
+    if pad_outputs:
+        _pad_outputs(model, b, plan, length, full)
+    elif isinstance(plan.length, int):  # the body alone: its outputs are L long where they were S
+        for o in model.graph.output:
+            for d in o.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value == plan.length:
+                    d.dim_param = "unpadded_length"
+    from optcli.onnx_model import sort_topologically
+
+    model.graph.node.extend(b.nodes)
+    sort_topologically(model.graph)  # rewrite nodes may read Constant nodes of the body
+    _forget_lengths(model)
+    return {"constants_changed": changed}
+
+
+def _forget_lengths(model: Any) -> None:
+    """Recorded shapes said S; inside the body they are now L. Keep every tensor's type (quantizers
+    and later fusions need them, and ONNX inference cannot see through com.microsoft ops), drop the
+    dims, then let ONNX shape inference fill in what it can."""
+    import onnx
+
+    for vi in model.graph.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            d.Clear()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is a help: the types kept above are enough
+        return
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+
+
+def _pad_outputs(model: Any, b: _Builder, plan: Plan, length: str, full: str) -> None:
+    from onnx import helper
+
+    missing = b.node("Sub", [full, b.node("Squeeze", [length])], "pad_amount")
+    rank_of = {o.name: len(_dims(o)) for o in model.graph.output}
+    for out_name, axes in plan.seq_axes.items():
+        rank = rank_of[out_name]
+        inner = f"{out_name}__unpadded"
+        for n in model.graph.node:
+            n.output[:] = [inner if o == out_name else o for o in n.output]
+            n.input[:] = [inner if i == out_name else i for i in n.input]
+        onehot = np.zeros(2 * rank, np.int64)
+        onehot[[rank + a for a in axes]] = 1
+        pads = b.node("Mul", [b.const(onehot, "pad_axes"), missing], "pad_amount")
+        b.nodes.append(helper.make_node("Pad", [inner, pads], [out_name], name=f"{PREFIX}pad_{out_name}",
+                                        mode="constant"))

@@ -1,0 +1,109 @@
+"""Prove the unpad rewrite on data: which outputs carry the sequence axis, and that every output of
+the rewritten graph equals the original's on the positions that hold tokens.
+
+Nothing about the rewrite is assumed: right padding, a mask that gates attention and positions that
+do not depend on the padded length all show up here as equal outputs, or the stage refuses.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optcli.accuracy import compare_outputs
+from optcli.tensor_spec import TensorSpec, random_inputs
+
+# The rewrite changes which positions are computed, not how: the outputs must match as FP32 does.
+EQUAL_COSINE = 0.99999
+EQUAL_MAX_ABS_REL = 1e-4   # of the output's largest magnitude
+SYNTHETIC_SAMPLES = 24
+PROOF_BATCH = 4            # several lengths per batch: L is the batch's longest, rows are shorter
+MAX_DATA_SAMPLES = 64
+
+
+def right_padded(mask: np.ndarray) -> bool:
+    """Every row is ones then zeros (a row of all zeros counts)."""
+    m = np.asarray(mask) != 0
+    return bool((m[:, 1:] <= m[:, :-1]).all())
+
+
+def synthetic_samples(specs: list[TensorSpec], mask: str, sequence_inputs: list[str], length: int,
+                      int_high: dict[str, int], n: int = SYNTHETIC_SAMPLES, seed: int = 11,
+                      lengths: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Right-padded random samples of `lengths` (default: 1..length, both ends included), padded with id 0."""
+    dims = {str(s.shape[1]): length for s in specs if s.name in sequence_inputs and not isinstance(s.shape[1], int)}
+    feeds = random_inputs(specs, n, seed=seed, int_high=int_high, dims=dims)
+    rng = np.random.default_rng(seed)
+    if lengths is None:
+        lengths = np.concatenate([[1, length], rng.integers(1, length + 1, size=max(n - 2, 0))])[:n]
+    valid = np.arange(length)[None, :] < lengths[:, None]
+    for name in sequence_inputs:
+        arr = feeds[name]
+        keep = valid.reshape(valid.shape + (1,) * (arr.ndim - 2))
+        feeds[name] = valid.astype(arr.dtype) if name == mask else np.where(keep, arr, 0).astype(arr.dtype)
+    return feeds
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+
+    runner = OnnxRuntimeRunner(path, optimization="basic", threads=None)
+    try:
+        n = len(next(iter(feeds.values())))
+        chunks = [runner.run_normalized(runner.normalize({k: v[i:i + batch] for k, v in feeds.items()}))
+                  for i in range(0, n, batch)]
+        return [np.concatenate([np.asarray(c[j]) for c in chunks]) for j in range(len(chunks[0]))], \
+            [o.name for o in runner.outputs]
+    finally:
+        runner.close()
+
+
+def sequence_axes(original: Path, body: Path, feeds: dict[str, np.ndarray], length: int,
+                  valid_length: int) -> dict[str, list[int]] | str:
+    """Run both graphs on one batch whose valid length is `valid_length` < `length`: the axes where the
+    original has `length` and the body `valid_length` carry the sequence. Any other difference in
+    shape means the body does not follow L: the reason, as a string."""
+    try:
+        ref, names = _run(original, feeds, len(next(iter(feeds.values()))))
+        got, _ = _run(body, feeds, len(next(iter(feeds.values()))))
+    except Exception as exc:  # onnxruntime raises its own types for shape errors
+        return f"the graph does not run at a shorter length ({str(exc).strip().splitlines()[0][:200]})"
+    axes: dict[str, list[int]] = {}
+    for name, r, g in zip(names, ref, got):
+        if r.ndim != g.ndim:
+            return f"output {name!r} changes rank at a shorter length"
+        found = [a for a, (x, y) in enumerate(zip(r.shape, g.shape)) if x != y]
+        if any(r.shape[a] != length or g.shape[a] != valid_length for a in found):
+            return f"output {name!r} has shape {list(g.shape)} at length {valid_length}, {list(r.shape)} at {length}"
+        if found:
+            axes[name] = found
+    return axes
+
+
+def prove(original: Path, rewritten: Path, samples: list[tuple[str, dict[str, np.ndarray], int]],
+          mask: str) -> dict[str, Any]:
+    """Run both graphs on each (label, feeds, batch) and compare every output on the valid positions;
+    returns {"equal": bool, "reason": str | None, "checks": [...]}."""
+    checks: list[dict[str, Any]] = []
+    for label, feeds, batch in samples:
+        try:
+            ref, names = _run(original, feeds, batch)
+            got, _ = _run(rewritten, feeds, batch)
+        except Exception as exc:
+            return {"equal": False, "reason": f"the rewritten graph fails on {label}: {str(exc).splitlines()[0][:200]}",
+                    "checks": checks}
+        acc = compare_outputs(ref, got, names, valid=np.asarray(feeds[mask]) != 0)
+        worst = None
+        for name, e in acc["outputs"].items():
+            bound = EQUAL_MAX_ABS_REL * max(e["scale"], 1e-6)
+            if not e["finite"] or e["cosine_min"] < EQUAL_COSINE or e["max_abs_err"] > bound:
+                worst = (f"output {name!r} differs on valid positions of {label}: max abs error "
+                         f"{e['max_abs_err']:.3g} (scale {e['scale']:.3g}), cosine {e['cosine_min']:.6f}")
+                break
+        checks.append({"data": label, "samples": len(next(iter(feeds.values()))), "batch": batch,
+                       "max_abs_err": acc["max_abs_err"], "cosine_min": acc["cosine_min"],
+                       "mean_valid_length": float((np.asarray(feeds[mask]) != 0).sum(1).mean())})
+        if worst:
+            return {"equal": False, "reason": worst, "checks": checks}
+    return {"equal": True, "reason": None, "checks": checks}

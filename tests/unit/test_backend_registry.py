@@ -1,0 +1,180 @@
+"""The backend registry is the one place backend knowledge lives.
+
+Structural: outside optcli/backends/, no code compares a format, backend or suffix with a registered
+backend's name, format or file suffix (it asks the registry). Behavioural: a backend registered by its
+one line (a fake one, written here) shows up in `--backend`, `[cpu] backend`, the runner lookup,
+`optcli.load`, build-cpu's plan, and a whole compile that chooses it."""
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optcli
+from compile_testkit import FAST_BENCH_TOML, make_matmul_add_relu, run_main
+from optcli.backends import registry
+
+ROOT = Path(optcli.__file__).parent
+# Names an expression may carry when it is a format, backend or file suffix.
+_SUBJECTS = {"format", "fmt", "backend", "suffix", "platform"}
+
+FAKE_BACKEND = '''
+"""A backend for tests: runs ONNX files saved as .fake with onnxruntime."""
+import shutil
+
+from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+from optcli.backends.recipe import Built, CpuRecipe
+from optcli.backends.registry import Backend
+
+BACKEND = Backend(name="fakert", label="FakeRT", formats=("fake",), suffixes=(".fake",),
+                  runner="fake_backend:FakeRunner", cpu_recipes=("fake_backend:RECIPE",),
+                  cpu_precisions=("fp32",))
+
+
+class FakeRunner(OnnxRuntimeRunner):
+    backend = "fakert"
+
+    def __init__(self, path, **options):
+        super().__init__(path, **options)
+        self.backend = "fakert"
+
+
+class CopyRecipe(CpuRecipe):
+    name = "copy"
+    backend = "fakert"
+    simplicity = 1
+
+    def plan(self, req):
+        return [self.candidate("fakert-fp32", "fp32")] if req.precision == "fp32" else []
+
+    def build(self, cand, ctx):
+        ctx.folder.mkdir(parents=True, exist_ok=True)
+        target = ctx.folder / "model.fake"
+        shutil.copy2(ctx.float_onnx().path, target)
+        return Built(target, "fake", details={"from": ctx.float_onnx().path.name})
+
+
+RECIPE = CopyRecipe()
+'''
+
+
+def _subject(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr in _SUBJECTS
+    if isinstance(node, ast.Name):
+        return node.id in _SUBJECTS
+    if isinstance(node, ast.Call):  # path.suffix.lower()
+        return _subject(node.func.value) if isinstance(node.func, ast.Attribute) else False
+    return False
+
+
+def _strings(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def backend_knowledge_outside_backends() -> list[str]:
+    """`file:line: code` of every comparison outside optcli/backends/ of a format/backend/suffix with a
+    registered backend's name, format, suffix or Triton name, and every registered suffix spelled out."""
+    backends = registry.all_backends()
+    names = {*registry.names(), *registry.formats(), *(b.triton_platform for b in backends if b.triton_platform)}
+    suffixes = {s for b in backends for s in (*b.suffixes, *b.companions)}
+    found = []
+    for f in sorted(ROOT.rglob("*.py")):
+        if (ROOT / "backends") in f.parents:
+            continue
+        text = f.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            bad = False
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                literals = {s for o in operands for s in _strings(o)}
+                bad = any(_subject(o) for o in operands) and bool(literals & names)
+            if isinstance(node, ast.Constant) and node.value in suffixes:
+                bad = True
+            if bad:
+                found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return found
+
+
+def test_no_backend_comparisons_outside_the_backends_folder() -> None:
+    assert backend_knowledge_outside_backends() == []
+
+
+def test_the_structural_check_finds_what_it_looks_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check above can fail: a module with the comparisons it forbids is reported, line by line.
+    pkg = tmp_path / "optcli"
+    (pkg / "backends").mkdir(parents=True)
+    (pkg / "backends" / "inside.py").write_text('ok = fmt == "openvino"\n')
+    (pkg / "stage.py").write_text('a = artifact.format == "engine"\nb = backend in ("x", "openvino")\n'
+                                  'c = path.suffix.lower() == ".xml"\nd = fmt == "auto"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    assert [line.split(":")[1] for line in backend_knowledge_outside_backends()] == ["1", "2", "3"]
+
+
+def test_lookups_by_name_format_and_suffix() -> None:
+    assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
+    assert registry.for_format("engine").name == "tensorrt"
+    assert registry.for_path(Path("m.XML")) == (registry.get("openvino"), "openvino")
+    assert registry.for_path(Path("m.plan"))[1] == "engine" and registry.for_path(Path("m.txt")) is None
+    assert registry.get("onnxruntime").triton_platform == "onnxruntime_onnx"
+    with pytest.raises(optcli.errors.UsageError, match="unknown backend 'tvm'"):
+        registry.get("tvm")
+
+
+@pytest.fixture
+def fake_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, register_backend) -> Path:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "fake_backend.py").write_text(FAKE_BACKEND)
+    monkeypatch.syspath_prepend(str(folder))
+    register_backend("fake_backend")  # the one line: its module name in BACKEND_MODULES
+    return tmp_path
+
+
+def test_a_backend_registered_by_one_line_appears_everywhere(fake_backend: Path) -> None:
+    from optcli.config import CompileConfig
+    from optcli.cpu.options import cpu_config
+    from optcli.runtime import runner_for_format
+
+    code, out, _ = run_main("compile", "--help")
+    assert code == 0 and "fakert" in out.split("--backend", 1)[1].split("\n")[0]
+    assert cpu_config(CompileConfig(model="m.onnx", extra={"cpu": {"backend": "fakert"}})).backend == "fakert"
+    assert runner_for_format("fake").__name__ == "FakeRunner"
+    model = make_matmul_add_relu(fake_backend / "m.onnx")
+    fake = fake_backend / "m.fake"
+    fake.write_bytes(model.read_bytes())
+    with optcli.load(fake) as m:
+        assert m.backend == "fakert"
+        y = m.predict({"X": np.ones((2, 4), np.float32)})["Y"]
+    assert y.shape == (2, 3)
+    code, _, err = run_main("compile", str(model), "--backend", "nosuch")
+    assert code == 2 and "fakert" in err
+
+
+@pytest.mark.slow
+def test_build_cpu_chooses_among_a_registered_backends_candidates(fake_backend: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    model = make_matmul_add_relu(fake_backend / "m.onnx")
+    config = fake_backend / "optcli.toml"
+    config.write_text(FAST_BENCH_TOML + "\n[cpu]\nmin_rounds = 1\nmin_seconds = 0.0\nmax_seconds = 1.0\n"
+                      "block_ms = 5.0\nswitch_ms = 1.0\n")
+    out = fake_backend / "out"
+    code, _, err = run_main("compile", str(model), "--target", "cpu", "--backend", "fakert", "--config", str(config),
+                            "--out", str(out))
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    build = next(s for s in report["stages"] if s["name"] == "build-cpu")
+    assert build["details"]["chosen"] == "fakert-fp32"
+    assert {c["name"]: c["status"] for c in build["details"]["candidates"]}["onnxruntime-fp32"] == "skipped"
+    assert report["final"]["format"] == "fake" and report["final"]["backend"] == "fakert"
+    with optcli.load(out) as m:
+        assert m.backend == "fakert"

@@ -1,0 +1,151 @@
+"""In-process dynamic batching (optcli/batching.py) on real ONNX Runtime sessions: answers equal
+unbatched ones, concurrent calls share batches, sequence lengths never mix, the knobs are Triton's."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import optcli
+from optcli.batch_merge import merge_key
+from optcli.batching import BatchingOptions, batching_options, parse_batching, pick_batch
+from optcli.errors import UsageError
+
+IR_VERSION = 8  # onnxruntime refuses the IR version onnx writes by default
+
+
+def _seq_model(path: Path, batch: str | int = "batch") -> Path:
+    """x [batch, seq] -> y = 2x [batch, seq] and s = sum over seq [batch]: rows must not mix."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [helper.make_node("Mul", ["x", "two"], ["y"]),
+             helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0)]
+    graph = helper.make_graph(nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, "seq"]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [batch])], [two, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def seq_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _seq_model(tmp_path_factory.mktemp("batching") / "seq.onnx")
+
+
+def _rows(n: int, seq: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, seq)).astype(np.float32) for _ in range(n)]
+
+
+def _call_together(fn, items: list) -> list:
+    """Call fn(item) from one thread per item, all released at once; results in item order."""
+    gate = threading.Barrier(len(items))
+    out: list = [None] * len(items)
+
+    def worker(i: int) -> None:
+        gate.wait()
+        out[i] = fn(items[i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return out
+
+
+def test_options_use_tritons_names_and_refuse_bad_values():
+    assert batching_options(True) == BatchingOptions()
+    opts = batching_options({"max_batch_size": 16, "max_queue_delay_microseconds": 500, "preferred_batch_size": [8, 4]})
+    assert opts.to_json() == {"max_batch_size": 16, "max_queue_delay_microseconds": 500, "preferred_batch_size": [4, 8]}
+    assert parse_batching("max=16,delay-us=500,preferred=4/8") == opts
+    assert parse_batching("max_batch_size=16,max_queue_delay_microseconds=500,preferred_batch_size=8/4") == opts
+    for bad in ({"max_batch_size": 0}, {"preferred_batch_size": [32]}, {"max_queue_delay_microseconds": -1},
+                {"queue": 3}, "max_batch_size=x", "size=4", 7):
+        with pytest.raises(UsageError) as err:
+            batching_options(bad)
+        assert err.value.hint
+
+
+def test_pick_batch_follows_tritons_rule():
+    plain = BatchingOptions(max_batch_size=4)
+    assert pick_batch([1, 1], plain, expired=False) == 0            # waits for a fuller batch
+    assert pick_batch([1, 1], plain, expired=True) == 2             # the delay is over: send what is there
+    assert pick_batch([1, 1, 1, 1, 1], plain, expired=False) == 4   # full: send now, the rest waits
+    assert pick_batch([3, 2], plain, expired=False) == 1            # the next one does not fit: send now
+    assert pick_batch([8], plain, expired=False) == 1               # larger than the limit: alone
+    preferred = BatchingOptions(max_batch_size=8, preferred_batch_size=(2, 4))
+    assert pick_batch([1, 1, 1, 1, 1], preferred, expired=False) == 4  # the largest preferred size: now
+    assert pick_batch([1, 1, 1], preferred, expired=False) == 0
+    assert pick_batch([1, 1, 1], preferred, expired=True) == 2       # expired: the largest preferred that forms
+    assert pick_batch([3], preferred, expired=True) == 1             # none forms: everything
+
+
+def test_merge_key_separates_shapes_and_dtypes():
+    a = {"x": np.zeros((1, 4), np.float32)}
+    assert merge_key(a) == merge_key({"x": np.ones((3, 4), np.float32)})
+    assert merge_key(a) != merge_key({"x": np.zeros((1, 5), np.float32)})
+    assert merge_key(a) != merge_key({"x": np.zeros((1, 4), np.float16)})
+    assert merge_key({"x": np.zeros((1, 4)), "m": np.zeros((2, 4))}) is None  # dim 0 disagrees: alone
+
+
+def test_concurrent_calls_share_batches_and_match_unbatched(seq_onnx):
+    xs = _rows(24, 6)
+    with optcli.load(seq_onnx) as plain:
+        want = [plain.predict(x) for x in xs]
+    with optcli.load(seq_onnx, batching={"max_batch_size": 8, "max_queue_delay_microseconds": 20000}) as m:
+        got = _call_together(m.predict, xs)
+        stats = m.stats()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g["y"], w["y"], rtol=1e-6)
+        np.testing.assert_allclose(g["s"], w["s"], rtol=1e-5)
+        assert g["y"].shape == (1, 6) and g["s"].shape == (1,)
+    assert stats["rows"] == 24 and max(stats["histogram"]) > 1, stats
+    assert max(stats["histogram"]) <= 8
+
+
+def test_sequence_lengths_are_never_merged(seq_onnx):
+    xs = [x for pair in zip(_rows(8, 5, seed=1), _rows(8, 9, seed=2)) for x in pair]  # 5, 9, 5, 9, ...
+    with optcli.load(seq_onnx, batching={"max_batch_size": 16, "max_queue_delay_microseconds": 20000}) as m:
+        futures = [m.predict_async(x) for x in xs]
+        got = [f.result(timeout=60) for f in futures]
+        stats = m.stats()
+    for g, x in zip(got, xs):
+        np.testing.assert_allclose(g["y"], 2 * x, rtol=1e-6)
+        np.testing.assert_allclose(g["s"], x.sum(axis=1), rtol=1e-5)
+    # 8 requests of each length, queued together: one batch per length, never one of 16.
+    assert stats["histogram"] == {8: 2}, stats
+
+
+def test_fixed_batch_artifact_is_refused(tmp_path):
+    fixed = _seq_model(tmp_path / "fixed.onnx", batch=1)
+    with pytest.raises(UsageError) as err:
+        optcli.load(fixed, batching=True)
+    assert "fixed dim 0 of 1" in str(err.value) and "without batching" in err.value.hint
+
+
+def test_bad_input_fails_in_the_caller_and_close_drains(seq_onnx):
+    m = optcli.load(seq_onnx, batching={"max_batch_size": 4, "max_queue_delay_microseconds": 200000})
+    with pytest.raises(UsageError):
+        m.predict({"x": np.zeros((1, 3, 3), np.float32)})  # wrong rank: refused before queueing
+    futures = [m.predict_async(x) for x in _rows(3, 4)]   # waits for a 4th that never comes...
+    m.close()                                              # ...close runs it at once
+    assert all(f.result(timeout=5)["y"].shape == (1, 4) for f in futures)
+    with pytest.raises(UsageError, match="closed"):
+        m.predict(_rows(1, 4)[0])
+    m.close()
+
+
+def test_concurrency_runs_batches_side_by_side(seq_onnx):
+    xs = _rows(32, 3, seed=4)
+    with optcli.load(seq_onnx, concurrency=2, batching={"max_batch_size": 4}) as m:
+        got = _call_together(lambda x: m.predict(x)["y"], xs)
+        assert m.stats()["rows"] == 32
+    for g, x in zip(got, xs):
+        np.testing.assert_allclose(g, 2 * x, rtol=1e-6)

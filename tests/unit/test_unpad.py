@@ -1,0 +1,268 @@
+"""The unpad rewrite on tiny encoders built inline with onnx.helper, run with the real onnxruntime: it
+computes only up to the batch's valid length, equals the original on valid positions, pads outputs with
+0, and is refused (skipped, with the reason) where the model's outputs depend on the padding."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.accuracy import compare_outputs, sequence_mask
+from optcli.artifact import Artifact
+from optcli.config import CompileConfig
+from optcli.errors import UsageError
+from optcli.backends.torch.loader import ModelSource
+from optcli.onnx_model import int_bounds_onnx, io_specs, load_onnx, save_onnx
+from optcli.stages.base import StageContext
+from optcli.stages.unpad import UnpadStage
+from optcli.unpad.graph import find_plan, rewrite
+from optcli.unpad.options import unpad_config
+from optcli.unpad.verify import right_padded, sequence_axes, synthetic_samples
+
+ort = pytest.importorskip("onnxruntime")
+S, H, V = 32, 8, 50
+
+
+def encoder(leak: bool = False, symbolic: bool = False, H: int = H) -> object:
+    """Embeddings + a folded position constant + one masked self-attention + a Reshape with S in its
+    shape; outputs: hidden (batch x S x H) and the first token's vector (batch x H). `leak` adds the
+    mean over all positions, padding included, to the first token's vector: a model the rewrite must refuse."""
+    rng = np.random.default_rng(0)
+    seq = "sequence" if symbolic else S
+    inits = [numpy_helper.from_array(rng.standard_normal((V, H)).astype(np.float32), "emb"),
+             numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32) * 0.3, "wq"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-1e4, np.float32), "big"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1, S, H], np.int64), "shape")]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["tok"])]
+    if symbolic:
+        nodes.append(helper.make_node("Identity", ["tok"], ["x"]))
+    else:  # a position embedding folded to a constant of the padded length, as exporters leave it
+        inits.append(numpy_helper.from_array(rng.standard_normal((1, S, H)).astype(np.float32), "pos"))
+        nodes.append(helper.make_node("Add", ["tok", "pos"], ["x"]))
+    nodes += [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "xt"], ["scores"]),
+        helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mf", "ax1"], ["m3"]),
+        helper.make_node("Sub", ["one", "m3"], ["inv"]),
+        helper.make_node("Mul", ["inv", "big"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["biased"]),
+        helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "x"], ["ctx"]),
+    ]
+    if symbolic:
+        nodes.append(helper.make_node("Identity", ["ctx"], ["hidden"]))
+    else:
+        nodes.append(helper.make_node("Reshape", ["ctx", "shape"], ["hidden"]))
+    nodes.append(helper.make_node("Gather", ["hidden", "zero"], ["first" if leak else "cls"], axis=1))
+    if leak:
+        nodes += [helper.make_node("ReduceMean", ["hidden", "ax1"], ["mean"], keepdims=0),
+                  helper.make_node("Add", ["first", "mean"], ["cls"])]
+    graph = helper.make_graph(
+        nodes, "tiny_encoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", seq])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", seq, H]),
+         helper.make_tensor_value_info("cls", TensorProto.FLOAT, ["batch", H])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def right_padded_feeds(lengths: list[int], seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(1, V, (len(lengths), S))
+    mask = (np.arange(S)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
+    return {"input_ids": np.where(mask == 1, ids, 0).astype(np.int64), "attention_mask": mask}
+
+
+@pytest.fixture()
+def tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.onnx"
+    save_onnx(encoder(), path)
+    return path
+
+
+def rewritten(path: Path, tmp_path: Path, bucket: int = 8, pad: bool = True) -> tuple[Path, object]:
+    model = load_onnx(path)
+    plan = find_plan(model, bucket)
+    assert not isinstance(plan, str)
+    if pad:
+        plan.seq_axes = {"hidden": [1]}
+    info = rewrite(model, plan, pad_outputs=pad)
+    out = tmp_path / ("unpadded.onnx" if pad else "body.onnx")
+    save_onnx(model, out)
+    return out, info
+
+
+def test_plan_finds_mask_sequence_inputs_and_length(tiny: Path) -> None:
+    plan = find_plan(load_onnx(tiny), 8)
+    assert (plan.mask, plan.sequence_inputs, plan.length) == ("attention_mask", ["input_ids", "attention_mask"], S)
+    assert find_plan(load_onnx(tiny), 32) == "the padded length 32 is within one bucket (32): nothing to skip"
+
+
+def test_plan_refuses_a_model_without_a_mask(tmp_path: Path) -> None:
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    assert "no attention-mask input" in find_plan(helper.make_model(g), 8)
+
+
+def test_body_runs_at_the_bucketed_valid_length(tiny: Path, tmp_path: Path) -> None:
+    body, info = rewritten(tiny, tmp_path, pad=False)
+    # the folded position constant is sliced; the Reshape's S follows L
+    assert any("pos [1, 32, 8] sliced on axes [1]" in c for c in info["constants_changed"])
+    assert any(c.startswith("shape [-1, 32, 8]") for c in info["constants_changed"])
+    for lengths, computed in (([3, 5], 8), ([9, 1], 16), ([32], 32), ([0, 0], 8)):
+        hidden, cls = run(body, right_padded_feeds(lengths))
+        assert hidden.shape == (len(lengths), computed, H) and cls.shape == (len(lengths), H)
+    feeds = synthetic_samples(io_specs(load_onnx(tiny))[0], "attention_mask", ["input_ids", "attention_mask"], S,
+                              {"input_ids": V}, n=2, lengths=np.array([7, 1]))
+    assert sequence_axes(tiny, body, feeds, S, 8) == {"hidden": [1]}
+
+
+def test_rewritten_graph_equals_the_original_on_valid_positions_and_pads_with_zero(tiny: Path, tmp_path: Path) -> None:
+    out, _ = rewritten(tiny, tmp_path)
+    model = load_onnx(out)
+    assert [o.name for o in model.graph.output] == ["hidden", "cls"]
+    typed = {v.name for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+    assert all(o in typed for n in model.graph.node for o in n.output)  # quantizers read these types
+    for lengths in ([5, 12, 1], [32, 3], [32]):
+        feeds = right_padded_feeds(lengths)
+        ref, got = run(tiny, feeds), run(out, feeds)
+        assert got[0].shape == ref[0].shape == (len(lengths), S, H)
+        acc = compare_outputs(ref, got, ["hidden", "cls"], valid=sequence_mask(feeds))
+        assert acc["max_abs_err"] < 1e-5, acc
+        np.testing.assert_array_equal(got[0][:, -(-max(lengths) // 8) * 8:], 0.0)  # past L: 0
+
+
+def test_symbolic_length_graph_needs_no_constant_change(tmp_path: Path) -> None:
+    path = tmp_path / "sym.onnx"
+    save_onnx(encoder(symbolic=True), path)
+    out, info = rewritten(path, tmp_path)
+    assert info["constants_changed"] == []
+    feeds = right_padded_feeds([4, 20])
+    acc = compare_outputs(run(path, feeds), run(out, feeds), ["hidden", "cls"], valid=sequence_mask(feeds))
+    assert acc["max_abs_err"] < 1e-5
+
+
+def stage_for(path: Path, tmp_path: Path, target: str = "cpu", unpad: dict | None = None,
+              **quantize: object) -> tuple[UnpadStage, Artifact]:
+    config = CompileConfig(model=str(path), out=tmp_path)
+    config.extra["unpad"] = {"bucket": 8, **(unpad or {})}
+    for key, value in quantize.items():
+        setattr(config.quantize, key, value)
+    inputs, _ = io_specs(load_onnx(path))
+    ctx = StageContext(config=config, source=ModelSource(str(path), path, "onnx"), inputs=inputs, target=target,
+                       out_dir=tmp_path, int_high=int_bounds_onnx(path))  # as the pipeline does
+    return UnpadStage(ctx), Artifact(path, "onnx")
+
+
+def run_stage(stage: UnpadStage, artifact: Artifact, tmp_path: Path) -> object:
+    assert stage.skip_reason(artifact) is None
+    work = tmp_path / "work"
+    work.mkdir()
+    return stage.run(artifact, work)
+
+
+def test_stage_applies_and_proves_on_random_right_padded_samples(tiny: Path, tmp_path: Path) -> None:
+    result = run_stage(*stage_for(tiny, tmp_path), tmp_path)
+    d = result.details
+    assert d["applied"] is True and "skipped" not in d
+    assert d["sequence_outputs"] == {"hidden": [1]} and d["proof"][0]["max_abs_err"] < 1e-5
+
+
+def test_stage_refuses_a_model_whose_outputs_read_the_padding(tmp_path: Path) -> None:
+    path = tmp_path / "leak.onnx"
+    save_onnx(encoder(leak=True), path)
+    d = run_stage(*stage_for(path, tmp_path), tmp_path).details
+    assert d["applied"] is False
+    assert d["skipped"].startswith("output 'cls' differs on valid positions of random right-padded samples")
+
+
+def test_stage_refuses_left_padded_data(tiny: Path, tmp_path: Path) -> None:
+    feeds = right_padded_feeds([5, 9, 30, 2])
+    left = {k: v[:, ::-1].copy() for k, v in feeds.items()}
+    data = tmp_path / "eval"
+    data.mkdir()
+    np.savez(data / "part-000.npz", **left)
+    d = run_stage(*stage_for(tiny, tmp_path, eval=data), tmp_path).details
+    assert d["skipped"].startswith("the data") and "not right-padded" in d["skipped"]
+    assert d["data_valid_length"]["computed_share_batch1"] == 1.0  # left padding: the extent is the whole length
+
+
+def test_stage_reports_the_data_lengths_it_proved_on(tiny: Path, tmp_path: Path) -> None:
+    data = tmp_path / "eval"
+    data.mkdir()
+    np.savez(data / "part-000.npz", **right_padded_feeds([5, 9, 12, 2]))
+    d = run_stage(*stage_for(tiny, tmp_path, eval=data), tmp_path).details
+    assert d["applied"] and d["data_valid_length"] == {"median": 7.0, "min": 2, "max": 12, "padded_length": 32,
+                                                       "computed_share_batch1": 0.375}
+    assert d["proof"][1]["data"].startswith("the held-out data")
+
+
+def test_right_padded_and_sequence_mask() -> None:
+    assert right_padded(np.array([[1, 1, 0], [0, 0, 0], [1, 1, 1]]))
+    assert not right_padded(np.array([[0, 1, 1]]))
+    feeds = {"input_ids": np.ones((2, 3)), "attention_mask": np.array([[1, 0, 0], [1, 1, 0]])}
+    assert sequence_mask(feeds).tolist() == [[True, False, False], [True, True, False]]
+    assert sequence_mask({"x": np.ones((2, 3))}) is None
+
+
+def test_valid_positions_only_for_outputs_with_a_sequence_axis() -> None:
+    mask = np.array([[1, 1, 0, 0]], bool)
+    ref = np.ones((1, 4, 2))
+    got = ref.copy()
+    got[0, 2:] = 7.0  # garbage on the padding
+    assert compare_outputs([ref], [got], ["h"], valid=mask)["max_abs_err"] == 0.0
+    assert compare_outputs([ref], [got], ["h"])["max_abs_err"] == 6.0
+    pooled = np.ones((1, 3))  # no sequence axis: every value counts
+    assert compare_outputs([pooled], [pooled * 2], ["p"], valid=mask)["max_abs_err"] == 1.0
+
+
+def test_unpad_config_section() -> None:
+    config = CompileConfig(model="m.onnx")
+    assert unpad_config(config).enabled and unpad_config(config).bucket == 16
+    config.extra["unpad"] = {"bucket": 0}
+    with pytest.raises(UsageError, match="bucket"):
+        unpad_config(config)
+    config.extra["unpad"] = {"buckets": 8}
+    with pytest.raises(UsageError, match="unknown key 'buckets'"):
+        unpad_config(config)
+
+
+def test_tensorrt_target_is_opt_in_and_checked_by_the_preflight(tiny: Path, tmp_path: Path) -> None:
+    stage, artifact = stage_for(tiny, tmp_path, target="tensorrt")
+    assert stage.skip_reason(artifact).startswith("target is tensorrt: a length read from the mask's values")
+    d = run_stage(*stage_for(tiny, tmp_path, target="tensorrt", unpad={"tensorrt": True}), tmp_path).details
+    assert d["applied"] is True  # optcli check: no findings on the rewritten graph
+
+
+def test_stage_refuses_when_the_hidden_size_equals_the_padded_length(tmp_path: Path) -> None:
+    path = tmp_path / "square.onnx"
+    save_onnx(encoder(H=S), path)  # S in a shape or a constant's dims no longer says "sequence"
+    d = run_stage(*stage_for(path, tmp_path), tmp_path).details
+    assert d["applied"] is False and d["skipped"].startswith("the graph does not run at a shorter length")
+
+
+@pytest.mark.slow  # two whole pipeline runs
+def test_pipeline_reports_a_refused_rewrite_as_skipped_and_goes_on_with_its_input(tmp_path: Path) -> None:
+    from optcli.api import compile as api_compile
+
+    path = tmp_path / "leak.onnx"
+    save_onnx(encoder(leak=True), path)
+    for expected_first in (True, False):  # the second run reuses the stage's cache entry: same verdict
+        report = api_compile(path, out=tmp_path / "out", target="cpu", bench=False, backend="onnxruntime",
+                             unpad={"bucket": 8}, check=True)
+        unpad = report.stage("unpad")
+        assert unpad.status == "skipped" and unpad.reason.startswith("output 'cls' differs on valid positions")
+        fuse = report.stage("fuse")
+        assert fuse.status == ("ok" if expected_first else "cached")
+        assert fuse.graph["nodes_before"] == report.stage("simplify").graph["nodes_after"]  # not the rewrite
