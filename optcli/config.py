@@ -119,6 +119,7 @@ class CompileConfig(Freezable):
     inputs: list[TensorSpec] = field(default_factory=list)
     target: str = "auto"
     force: bool = False
+    time_budget: float | None = None  # seconds for the whole compile: the CPU search stops at the best so far
     export: ExportConfig = field(default_factory=ExportConfig)
     simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
     fuse: FuseConfig = field(default_factory=FuseConfig)
@@ -187,6 +188,9 @@ class CompileConfig(Freezable):
             raise UsageError(f"unknown precision {self.quantize.precision!r}", hint=f"use one of: {', '.join(PRECISIONS)}")
         if self.quantize.precision == "int8" and self.quantize.calib is None:
             raise UsageError("--int8 needs calibration data", hint="pass --calib DIR (a folder of .npz files, keys = input names)")
+        if self.time_budget is not None and not (isinstance(self.time_budget, (int, float)) and self.time_budget > 0):
+            raise UsageError(f"time budget {self.time_budget!r} must be a positive number of seconds",
+                             hint="e.g. --time-budget 60")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
         from optcli.quantize.tolerance import check_bounds
@@ -212,9 +216,9 @@ SECTIONS: dict[str, type | str] = {
     "unpad": "optcli.unpad.options:UnpadConfig",
 }
 # [compile]: the CompileConfig's own fields a config file may set.
-TOP_LEVEL = ("force", "inputs", "out", "target")
+TOP_LEVEL = ("force", "inputs", "out", "target", "time_budget")
 # Short names: `precision=int8`, `backend=openvino`.
-ALIASES = {"precision": "quantize.precision", "backend": "cpu.backend"}
+ALIASES = {"precision": "quantize.precision", "backend": "cpu.backend", "search": "cpu.search"}
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 

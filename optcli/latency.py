@@ -63,9 +63,12 @@ def stats_from_samples(samples_ms: list[float] | np.ndarray, batch: int, runtime
 
 
 def time_calls(fn: Callable[[], Any], *, warmup_runs: int = 5, warmup_seconds: float = 0.2,
-               runs: int = 50, min_seconds: float = 0.5, max_seconds: float = 5.0) -> list[float]:
+               runs: int = 50, min_seconds: float = 0.5, max_seconds: float = 5.0,
+               settle: float | None = None) -> list[float]:
     """Call `fn` for warm-up (by count AND time), then time at least `runs` calls and `min_seconds`,
-    stopping at `max_seconds` (but never before 3 timed calls). Returns milliseconds per call."""
+    stopping at `max_seconds` (but never before 3 timed calls). With `settle` (e.g. 0.025) it also
+    stops, from SETTLE_MIN_RUNS calls on, once the median's 95% interval is within +-settle of it.
+    Returns milliseconds per call."""
     start = time.perf_counter()
     done = 0
     while done < warmup_runs or time.perf_counter() - start < warmup_seconds:
@@ -83,7 +86,18 @@ def time_calls(fn: Callable[[], Any], *, warmup_runs: int = 5, warmup_seconds: f
             break
         if len(samples) >= runs and elapsed >= min_seconds:
             break
+        if settle is not None and len(samples) >= SETTLE_MIN_RUNS and len(samples) % 5 == 0 and _settled(samples, settle):
+            break
     return samples
+
+
+SETTLE_MIN_RUNS = 10
+
+
+def _settled(samples: list[float], settle: float) -> bool:
+    lo, hi = median_ci(samples, resamples=200)
+    mid = float(np.median(samples))
+    return mid > 0 and (hi - lo) / 2 <= settle * mid
 
 
 def time_concurrent(fn: Callable[[], Any], concurrency: int, *, warmup_runs: int = 5, warmup_seconds: float = 0.2,

@@ -116,6 +116,8 @@ class Pipeline:
         ctx = self._context(source, target)
         self.config.freeze()  # what the run learnt (a fixed batch) is in; from here on nothing changes it
         ctx.facts["target_reason"] = target_reason
+        if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
+            ctx.facts["deadline"] = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
         report = RunReport(
             optcli_version=__version__,
@@ -200,7 +202,9 @@ class Pipeline:
                 result = stage.run(artifact, tmp)
                 record.details, record.seconds = result.details, round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
+                t_measure = time.perf_counter()
                 self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, result.accuracy)
+                record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
                 write_record(tmp, key, self.measure.bench_key(), rel, result.artifact, record)
         except StageError as exc:
@@ -226,7 +230,9 @@ class Pipeline:
             self.measure.remember(ctx, artifact, cached["latency_ms"].get("before"))
             self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
         else:
+            t_measure = time.perf_counter()
             self.measure.around_stage(ctx, stage, record, artifact, out, reference)
+            record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
         return self._declined(record, artifact, out)
 

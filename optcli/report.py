@@ -21,6 +21,7 @@ class StageReport:
     status: str = "pending"
     reason: str | None = None
     seconds: float | None = None
+    measure_seconds: float | None = None    # the latency and accuracy measurements around the stage
     artifact: str | None = None
     graph: dict[str, Any] = field(default_factory=lambda: {"nodes_before": None, "nodes_after": None,
                                                            "ops_before": None, "ops_after": None})
@@ -124,6 +125,23 @@ def _speedup(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str
     return f"{before['p50'] / after['p50']:.2f}x"
 
 
+def _setting(lat: dict[str, Any] | None) -> str:
+    """How a latency figure was taken: PyTorch eager, onnxruntime at an optimization level, OpenVINO."""
+    if not lat:
+        return "-"
+    runtime = str(lat.get("runtime", ""))
+    if runtime.startswith("torch"):
+        return "eager"
+    if runtime.startswith("onnxruntime"):
+        return f"ort {lat.get('settings', {}).get('graph_optimization', '?')}"
+    return runtime.split("-")[0] or "?"
+
+
+def _settings(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    a, b = _setting(before), _setting(after)
+    return a if a == b else f"{a} -> {b}"
+
+
 def stage_rows(report: RunReport) -> list[list[str]]:
     """One row per stage: the table both the terminal and report.md show."""
     rows = []
@@ -136,12 +154,14 @@ def stage_rows(report: RunReport) -> list[list[str]]:
         err = f"{acc['max_abs_err']:.2e}" if "max_abs_err" in acc else "-"
         status = s.status if not s.reason else f"{s.status}: {s.reason}"
         rows.append([s.name, status, f"{s.seconds:.2f}" if s.seconds is not None else "-", nodes,
-                     _ms(before), _ms(after), _speedup(before, after), err, cos])
+                     _ms(before), _ms(after), _speedup(before, after), _settings(before, after), err, cos])
     return rows
 
 
+# "measured with" labels each row's latency setting: graph stages run onnxruntime with optimizations
+# off (their own effect shows), quantize and build stages with them on, so compare within a row.
 STAGE_COLUMNS = ["stage", "status", "seconds", "nodes", "p50 before ms", "p50 after ms", "speedup",
-                 "max abs err", "cosine min"]
+                 "measured with", "max abs err", "cosine min"]
 
 
 def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -166,7 +186,7 @@ def to_markdown(report: RunReport) -> str:
     lines.append("Latency: batch 1, p50 over timed runs after warm-up. Graph stages measure before and after "
                  "with onnxruntime graph optimizations **disabled**, so each stage's own effect shows; quantize "
                  "stages with them **on** (onnxruntime turns Q/DQ into integer kernels only when it optimizes); "
-                 "each entry's `settings` says which. The export stage's 'before' is PyTorch eager. Accuracy is "
+                 "the 'measured with' column says which, so compare before/after within a row, not down a column. The export stage's 'before' is PyTorch eager. Accuracy is "
                  "against the FP32 reference (quantize stages: on held-out data).")
     if report.final:
         f = report.final

@@ -18,6 +18,9 @@ from optcli.stages import Stage, StageContext
 from optcli.tensor_spec import format_shape, random_inputs
 
 
+STAGE_SETTLE = 0.05
+
+
 class Measurements:
     """One run's measurements; latency is memoized so an artifact is timed once per setting."""
 
@@ -103,9 +106,10 @@ class Measurements:
             self.artifact_runner(artifact, optimization)
         try:
             feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
+            # Stops early once the median is known to +-5%: the stage table needs a figure, not a study.
             samples = time_calls(lambda: runner.run_normalized(feeds), warmup_runs=bench.warmup_runs,
                                  warmup_seconds=bench.warmup_seconds, runs=bench.runs,
-                                 min_seconds=bench.min_seconds, max_seconds=bench.max_seconds)
+                                 min_seconds=bench.min_seconds, max_seconds=bench.max_seconds, settle=STAGE_SETTLE)
             stats = stats_from_samples(samples, bench.batch, runner.backend, getattr(runner, "settings", {}))
         finally:
             runner.close()

@@ -62,6 +62,7 @@ class Candidate:
     format: str | None = None       # the built model's artifact format
     simplicity: int = 9             # ties go to fewer moving parts (0: the input as it is)
     builder: CpuRecipe | None = field(default=None, repr=False, compare=False)  # the recipe that builds it
+    search: dict[str, Any] = field(default_factory=dict)    # prediction, seconds per phase (optcli/search)
 
     @property
     def passed(self) -> bool:
@@ -75,6 +76,8 @@ class Candidate:
         status = "skipped" if self.skip else ("passed" if self.passed else "failed")
         out: dict[str, Any] = {"name": self.name, "backend": self.backend, "precision": self.precision,
                                "recipe": self.recipe, "status": status}
+        if self.search:
+            out["search"] = self.search
         if self.skip:
             out["reason"] = self.skip
             return out

@@ -69,7 +69,8 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
 
 # flag -> the setting it sets (set_option's key); flags that do more have their own code below.
 FLAGS = {
-    "out": "out", "target": "target", "force": "force", "backend": "cpu.backend",
+    "out": "out", "target": "target", "force": "force", "backend": "cpu.backend", "search": "cpu.search",
+    "time_budget": "time_budget",
     "opset": "export.opset", "static_batch": "export.static_batch", "allow_pickle": "export.allow_pickle",
     "exporter": "export.exporter", "task": "export.task", "fuse_level": "fuse.level",
     "transformer_fusion": "fuse.transformer", "bench_runs": "bench.runs", "threads": "bench.threads",
@@ -119,6 +120,11 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
               help="Let the config file turn on running code (a --calib-reader plugin, --allow-pickle).")
 @click.option("--backend", type=RegistryChoice(backend_choices), default="auto", show_default=True,
               help="CPU backend: auto measures every installed one and keeps the fastest within tolerance.")
+@click.option("--search", type=click.Choice(["fast", "thorough"]), default="fast", show_default=True,
+              help="CPU candidates: fast builds the predicted winner first and another only while it could "
+                   "still win; thorough builds and measures every one.")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Bound the compile: the CPU search stops at the best candidate so far, and says so.")
 @click.option("--force", is_flag=True, help="Rebuild every stage, ignoring cached results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (progress stays off).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset for export.")

@@ -66,6 +66,31 @@ def loaded_line(report: RunReport) -> str | None:
            "(batch dynamic; --input NAME:SHAPE to resize)"
 
 
+def search_lines(details: dict[str, Any]) -> list[str]:
+    """build-cpu's search: seconds per candidate (build, accuracy check, measurement), what it skipped."""
+    search = details.get("search")
+    if not search:
+        return []
+    parts, skipped, late = [], [], []
+    for c in details.get("candidates", []):
+        secs = (c.get("search") or {}).get("seconds") or {}
+        reason = c.get("reason") or ""
+        if secs:
+            parts.append(f"{c['name']} " + ", ".join(f"{k} {v:.1f}s" for k, v in secs.items()))
+        elif c.get("status") == "skipped" and "time budget" in reason:
+            late.append(c["name"])
+        elif c.get("status") == "skipped" and "search)" in reason:
+            skipped.append(c["name"])
+    lines = [f"  {search['mode']} search: {'; '.join(parts)}"]
+    if skipped:
+        lines.append(f"  not built (predicted not to win; --search thorough builds them): {', '.join(skipped)}")
+    if late:
+        lines.append(f"  not built (no time left): {', '.join(late)}")
+    if search.get("degraded"):
+        lines.append(f"[yellow]  warning: {search['degraded']} (--time-budget)[/]")
+    return lines
+
+
 def final_lines(report: RunReport) -> list[str]:
     f = report.final
     loaded = loaded_line(report)
@@ -94,6 +119,7 @@ def final_lines(report: RunReport) -> list[str]:
     if built is not None and built.details.get("chosen"):
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
         lines.append(f"  build-cpu chose {built.details['chosen']}: {built.details.get('why', '')}")
+        lines += search_lines(built.details)
     from optcli.environment import busy_warning
 
     warning = busy_warning(report.environment)

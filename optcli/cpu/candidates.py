@@ -17,6 +17,7 @@ accuracy tolerance on held-out data; a candidate that misses it is never chosen.
 from __future__ import annotations
 
 from optcli.backends.recipe import Candidate, PlanRequest
+from optcli.search.elimination import TIE_BAND  # one tie rule for the search and the choice
 
 __all__ = ["Candidate", "choose", "plan"]
 
@@ -42,9 +43,6 @@ def plan(req: PlanRequest) -> list[Candidate]:
     return cands
 
 
-# Within this share of the fastest p50, candidates are ties (run-to-run noise on a shared CPU is larger
-# than the bootstrap interval of one run: 1 in 10 compiles chose differently with intervals alone).
-TIE_BAND = 0.05
 COSINE_TIE = 1e-4
 
 

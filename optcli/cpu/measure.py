@@ -42,6 +42,22 @@ def _separated(samples: dict[str, list[float]], contenders: list[str]) -> bool:
     return lo_hi[0][1] < lo_hi[1][0]
 
 
+def time_block(runner: Runner, feeds: dict[str, Any], calls: int, block_ms: float, switch_ms: float) -> list[float]:
+    """One turn of a runner: untimed calls for `switch_ms` (at least one), then timed calls for
+    `block_ms` and at least `calls`. Returns milliseconds per timed call."""
+    t_block = time.perf_counter()
+    runner.run_normalized(feeds)  # untimed: absorbs the switch from the previous runtime
+    while time.perf_counter() - t_block < switch_ms / 1000.0:
+        runner.run_normalized(feeds)
+    samples: list[float] = []
+    t_block = time.perf_counter()
+    while len(samples) < calls or time.perf_counter() - t_block < block_ms / 1000.0:
+        t0 = time.perf_counter()
+        runner.run_normalized(feeds)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    return samples
+
+
 def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *, batch: int, min_rounds: int = 5,
                 calls_per_round: int = 3, min_seconds: float = 5.0, max_seconds: float = 30.0, block_ms: float = 100.0,
                 switch_ms: float = 20.0,
@@ -56,18 +72,7 @@ def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *,
     start = time.perf_counter()
     while True:
         for name, runner in runners.items():
-            f = feeds[name]
-            t_block = time.perf_counter()
-            runner.run_normalized(f)  # untimed: absorbs the switch from the previous runtime
-            while time.perf_counter() - t_block < switch_ms / 1000.0:
-                runner.run_normalized(f)
-            t_block = time.perf_counter()
-            done = 0
-            while done < calls_per_round or time.perf_counter() - t_block < block_ms / 1000.0:
-                t0 = time.perf_counter()
-                runner.run_normalized(f)
-                samples[name].append((time.perf_counter() - t0) * 1000.0)
-                done += 1
+            samples[name] += time_block(runner, feeds[name], calls_per_round, block_ms, switch_ms)
         rounds += 1
         elapsed = time.perf_counter() - start
         if rounds >= min_rounds and elapsed >= min_seconds and _separated(samples, contenders or []):

@@ -3,11 +3,14 @@
     [cpu]
     backend = "auto"        # --backend auto, or a registered backend with CPU recipes (onnxruntime, openvino)
     nncf = "auto"           # auto: an NNCF INT8 candidate where nncf is installed; off: never
+    search = "fast"         # --search fast: build the predicted winner first, another only while it
+                            # could still win, stop measuring what is clearly behind (optcli/search/);
+                            # thorough: build and measure every candidate
     min_rounds = 5          # the interleaved measurement: at least this many rounds of one block per
     calls_per_round = 3     # candidate (at least this many timed calls, and block_ms of them, after
     block_ms = 100.0        # switch_ms of untimed calls), at least min_seconds, and on while the two
     switch_ms = 20.0        # fastest candidates are within noise, but never past max_seconds
-    min_seconds = 5.0
+    min_seconds = 5.0       # (thorough only: fast stops once the leader is settled)
     max_seconds = 30.0
     keep_candidates = false # keep every candidate's files under candidates/ (else only the chosen one)
 
@@ -25,6 +28,7 @@ from optcli.errors import MissingDependencyError, UsageError
 
 SECTION = "cpu"
 NNCF_MODES = ("auto", "off")
+SEARCH_MODES = ("fast", "thorough")
 
 
 @dataclass
@@ -33,6 +37,7 @@ class CpuConfig:
 
     backend: str = "auto"
     nncf: str = "auto"
+    search: str = "fast"
     min_rounds: int = 5
     calls_per_round: int = 3
     block_ms: float = 100.0
@@ -47,6 +52,8 @@ class CpuConfig:
             raise UsageError(f"unknown CPU backend {self.backend!r}", hint=f"use one of: {', '.join(choices)}")
         if self.nncf not in NNCF_MODES:
             raise UsageError(f"[cpu] nncf = {self.nncf!r}", hint="use auto or off")
+        if self.search not in SEARCH_MODES:
+            raise UsageError(f"[cpu] search = {self.search!r}", hint="use fast or thorough")
         if self.min_rounds < 1 or self.calls_per_round < 1:
             raise UsageError("[cpu] min_rounds and calls_per_round must be >= 1")
         if not 0 <= self.min_seconds <= self.max_seconds:

@@ -29,6 +29,17 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
             target.unlink(missing_ok=True)
 
 
+def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str,
+                      samples: SampleSet) -> tuple[list[np.ndarray], list[str]]:
+    """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and build-cpu
+    judge against the same FP32 outputs on the same held-out set. `memo` is the run's ctx.samples."""
+    cache = memo.setdefault("fp32_outputs", {})
+    key = f"{model_sha}:{samples.digest()}"
+    if key not in cache:
+        cache[key] = run_model(path, samples)
+    return cache[key]
+
+
 def fixed_batch(runner: Any) -> int | None:
     """The batch a static-batch model takes (dim 0 of its first input), or None when dim 0 is dynamic."""
     dim = runner.inputs[0].shape[0] if runner.inputs and runner.inputs[0].shape else None

@@ -20,7 +20,7 @@ from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
-from optcli.quantize.evaluate import evaluate, run_model
+from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
 from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
@@ -47,9 +47,11 @@ def _brief(acc: dict[str, Any]) -> dict[str, Any]:
     return {k: round(acc[k], 6) for k in keys if k in acc}
 
 
-def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
-                  stage_name: str = "quantize-int8") -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
-    """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy)."""
+def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = "quantize-int8",
+                  defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
+    """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
+    `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
+    candidates go first and it runs this fallback only if none of them meets the tolerance."""
     from optcli.backends.tensorrt.preflight import require_clean
 
     q = ctx.config.quantize
@@ -69,7 +71,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
-    reference, _ = run_model(fp32, ev)
+    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
     counts = qz.write(out, [])
@@ -78,7 +80,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
     fallback = None
     excluded: list[str] = []
     float_nodes: set[str] = set()
-    if failure is not None and q.fallback and units:
+    deferred = failure is not None and q.fallback and bool(units) and defer_fallback
+    if failure is not None and q.fallback and units and not deferred:
         latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
         result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
         excluded = sorted(result.best.excluded)
@@ -103,6 +106,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
             final_acc["fallback_closest"] = closest_summary(fallback)
             if _cpu_candidates_follow(ctx):
                 final_acc["gate_deferred_to"] = "build-cpu"
+    if deferred:
+        final_acc["gate_deferred_to"] = "build-cpu"
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
@@ -111,13 +116,25 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
+               **({"fallback_deferred": "to build-cpu: its other INT8 candidates go first; it runs this fallback "
+                                        "only if none meets the tolerance (--search fast; thorough runs it here)"}
+                  if deferred else {}),
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
     if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
-                     meta={"flavour": f"int8-{flavour.name}"}), details, final_acc)
+                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),
+                           "accuracy": judged(final_acc, artifact.sha256, ev)}),
+            details, final_acc)
+
+
+def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:
+    """The accuracy an artifact was judged at, and against what (the FP32 model, the held-out data): build-cpu
+    reuses it for the same artifact instead of running the held-out set again."""
+    kept = {k: v for k, v in accuracy.items() if k not in ("reference", "fallback_closest", "gate_deferred_to")}
+    return {**kept, "judged": {"reference": reference_sha, "eval": ev.digest()}}
 
 
 def user_excludes(ctx: Any, model: Any) -> list[str]:
@@ -134,6 +151,14 @@ def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
     return [a.path for a in seen if getattr(a, "format", None) == ONNX and a.path.exists()]
+
+
+def fallback_deferred(ctx: Any) -> bool:
+    """Whether the INT8 stage leaves its fallback search to build-cpu: with the fast search, where other
+    INT8 candidates follow. On MiniLM (no VNNI) the fallback took 195 s and NNCF's candidate passed."""
+    from optcli.cpu.options import cpu_config
+
+    return _cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
 
 
 def _cpu_candidates_follow(ctx: Any) -> bool:

@@ -4,9 +4,12 @@ For `--target cpu` (and `auto` without a usable GPU) it builds the candidates th
 recipes offer for the requested precision (optcli/backends/<name>/recipes/, planned by
 optcli/cpu/candidates.py: today ONNX Runtime on the input ONNX; OpenVINO IRs in FP32, BF16, or INT8 from
 the quantize stage's Q/DQ, re-quantized s8/s8 Q/DQ or NNCF), checks each against the FP32 ONNX on
-held-out data with the quantize stages' tolerance, measures them all in ONE interleaved run, and keeps
-the fastest that meets the tolerance. Every candidate's build, accuracy and latency is in the stage
-details; `--backend` forces one backend.
+held-out data with the quantize stages' tolerance, measures them in ONE interleaved run, and keeps
+the fastest that meets the tolerance. Which candidates are built and how long they are measured is
+the search's (optcli/search/, driven by optcli/cpu/search_run.py): fast by default (the predicted
+winner first, another only while it could still win, sequential elimination), thorough on request
+(every candidate). Every candidate's build, accuracy, latency and seconds is in the stage details;
+`--backend` forces one backend.
 
 It is reported as skipped when the target is tensorrt, or when there is nothing to choose (one
 candidate: the input as it is).
@@ -17,7 +20,6 @@ import dataclasses
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from optcli.calibration.dataset import SampleSet
 from optcli.cpu.candidates import Candidate, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
-from optcli.errors import OptcliError, StageError, UsageError
+from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -123,7 +125,9 @@ class BuildCpuStage(Stage):
                 # The choice is a measurement on this machine with these libraries.
                 "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
                 "versions": {p: package_version(p) for b in registry.all_backends() if b.offers_cpu()
-                             for p in (b.package, *b.build_packages) if p}}
+                             for p in (b.package, *b.build_packages) if p},
+                # A search cut short by --time-budget is the answer to that budget only.
+                **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
@@ -151,27 +155,13 @@ class BuildCpuStage(Stage):
         tol = self.tolerance()
         cands = self.candidates(artifact)
         float_art, (calib, ev, reference, names) = self._reference(artifact)
-        threads = self.ctx.config.bench.threads
-        for cand in cands:
-            if cand.skip:
-                continue
-            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
-            t0 = time.perf_counter()
-            try:
-                self._build(cand, RecipeContext(
-                    stage=self.ctx, artifact=artifact, lineage=self._lineage(artifact), calib=calib, eval=ev,
-                    precision=self.ctx.config.quantize.precision, tolerance=tol, cpu=cfg, workdir=workdir,
-                    folder=folder, candidates=cands,
-                    records={"candidate": cand.name, "source_sha256": artifact.sha256}))
-                cand.build["seconds"] = round(time.perf_counter() - t0, 3)
-                self._evaluate(cand, reference, names, ev, tol, threads)
-            except OptcliError as exc:
-                cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
-            except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
-                # NNCF's) is this candidate's failure: the others still compete
-                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
-        timing = self._measure(cands, ev, cfg, threads)
+        judge = (reference, names, tol)
+        search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
+        if artifact.meta.get("fallback_deferred") and not any(c.passed for c in cands):
+            # The INT8 stage left its fallback search to us: the last resort, now that nothing else passed.
+            last = Candidate(f"{cands[0].name} (fallback)", cands[0].backend, "int8", "fallback", simplicity=8)
+            cands.append(last)
+            _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, judge, cfg, float_art)
         chosen, why = choose(cands)
         if chosen is None:
             ran = [c for c in cands if c.accuracy is not None]
@@ -180,6 +170,8 @@ class BuildCpuStage(Stage):
             # Hand the most accurate one to the pipeline's gate, which fails the run with exit 3.
             chosen = max(ran, key=lambda c: c.accuracy.get("cosine_mean", 0.0))
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
+        if search.degraded:
+            why = f"{why} ({search.degraded})"
         if artifact.format != registry.ONNX and artifact.stage is not None:
             why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
         out = self._place(chosen, artifact, workdir)
@@ -190,6 +182,7 @@ class BuildCpuStage(Stage):
         details = {
             "precision": self.ctx.config.quantize.precision, "backend": cfg.backend, "tolerance": tol.to_json(),
             "chosen": chosen.name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
+            "search": {k: v for k, v in search.to_json().items() if k != "candidates"},
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
@@ -201,13 +194,13 @@ class BuildCpuStage(Stage):
     def _reference(self, artifact: Artifact) -> tuple[Artifact | None, tuple]:
         """The FP32 ONNX (None where the run made no ONNX) and (calibration set, evaluation set, reference
         outputs on it, output names): from the FP32 ONNX on onnxruntime, else from PyTorch eager."""
-        from optcli.quantize.evaluate import run_model, runner_outputs
+        from optcli.quantize.evaluate import reference_outputs, runner_outputs
 
         if artifact.format == registry.ONNX:
             float_art = newest_float_onnx(self._lineage(artifact))
             specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
-            calib, ev = self._data(specs)
-            return float_art, (calib, ev, *run_model(float_art.path, ev))
+            calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
+            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev))
         from optcli.backends.torch.runner import TorchRunner
 
         assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
@@ -216,16 +209,86 @@ class BuildCpuStage(Stage):
             reference = runner_outputs(runner, ev)
             return None, (calib, ev, reference, [o.name for o in runner.outputs])
 
+    def _search(self, cands: list[Candidate], artifact: Artifact, workdir: Path, calib: SampleSet | None,
+                ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact | None) -> tuple[Any, dict[str, Any]]:
+        """Build, check and measure the candidates through optcli/search (fast or thorough)."""
+        from optcli.cpu.search_run import features, search_candidates
+        from optcli.quantize.flavour import u8s8_saturates
+
+        reference, names, tol = judge
+        threads, batch = self.ctx.config.bench.threads, self.ctx.config.bench.batch
+        sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
+        arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
+                                                                        int_high=self.ctx.int_high)
+        ops = op_histogram(load_onnx(float_art.path, load_weights=False)) if float_art else {}
+        model = float_art.path if float_art else self.ctx.source.path
+        weights = sum(p.stat().st_size for p in (model, *[model.parent / f for f in onnx_external_files(model)])
+                      if p.is_file()) if float_art else model.stat().st_size
+        feats = features(self.ctx.config.quantize.precision, ops, looks_like_encoder(ops), weights, u8s8_saturates())
+
+        def build(cand: Candidate) -> None:
+            folder = workdir / "candidates" / re.sub(r"[^A-Za-z0-9_.-]+", "_", cand.name)
+            self._build(cand, RecipeContext(
+                stage=self.ctx, artifact=artifact, lineage=self._lineage(artifact), calib=calib, eval=ev,
+                precision=self.ctx.config.quantize.precision, tolerance=tol, cpu=cfg, workdir=workdir,
+                folder=folder, candidates=cands, records={"candidate": cand.name, "source_sha256": artifact.sha256}))
+
+        result, timing = search_candidates(
+            cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
+            open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
+            deadline=self.ctx.facts.get("deadline"))
+        timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
+        return result, timing
+
     def _build(self, cand: Candidate, ctx: RecipeContext) -> None:
+        """The candidate's recipe, or the same build from the candidate cache; the deferred
+        INT8 fallback is the quantize stage's own work, run here."""
+        from optcli.cpu import candidate_cache
+
+        if cand.recipe == "fallback":
+            cand.path, cand.build = self._int8_fallback(ctx.float_onnx(), ctx.folder)
+            cand.format, cand.runner_options = registry.ONNX, {}
+            return
         assert cand.builder is not None
+        cache_dir = self.ctx.out_dir / candidate_cache.FOLDER
+        key = candidate_cache.candidate_key(candidate_cache.build_inputs(cand, ctx))
+        hit = None if self.ctx.config.force else candidate_cache.load(cache_dir, key, ctx.folder)
+        if hit is not None and isinstance(hit[1].get("format"), str) and hit[1]["format"] in registry.formats():
+            cand.path, build = hit
+            cand.format, cand.build = build["format"], {**build["details"], "cache": "hit"}
+            cand.runner_options = build["runner_options"]
+            return
         built = cand.builder.build(cand, ctx)
+        if built.path != ctx.artifact.path:  # something built here (not the input as it is)
+            candidate_cache.store(cache_dir, key, built.path, {"format": built.format, "details": built.details,
+                                                               "runner_options": built.runner_options})
         cand.path, cand.format = built.path, built.format
         cand.runner_options, cand.build = built.runner_options, built.details
 
+    def _int8_fallback(self, float_art: Artifact, folder: Path) -> tuple[Path, dict[str, Any]]:
+        """The quantize stage's INT8 (same flavour, data and ranges) with its fallback search run here."""
+        from optcli.quantize.int8_with_fallback import quantize_int8
+
+        folder.mkdir(parents=True, exist_ok=True)
+        a = self.ctx.config.accuracy
+        made, details, _ = quantize_int8(self.ctx, float_art, folder, effective("int8", a.cosine, a.max_abs, a.top1),
+                                         self.name)
+        fb = details.get("fallback") or {}
+        return made.path, {"from": float_art.path.name, "flavour": made.meta.get("flavour"),
+                           "fallback_excluded": fb.get("excluded_nodes", []), "fallback_seconds": fb.get("seconds")}
+
     def _evaluate(self, cand: Candidate, reference: list, names: list[str], ev: SampleSet, tol: Tolerance,
-                  threads: int | None) -> None:
+                  threads: int | None, artifact: Artifact | None = None, float_art: Artifact | None = None) -> None:
         from optcli.cpu.measure import runner_accuracy
 
+        known = artifact.meta.get("accuracy") if artifact is not None and cand.path == artifact.path else None
+        if isinstance(known, dict) and float_art is not None and \
+                known.get("judged") == {"reference": float_art.sha256, "eval": ev.digest()}:
+            # The INT8 stage judged this very graph against the same FP32 model on the same data.
+            cand.accuracy = {k: v for k, v in known.items() if k != "judged"}
+            cand.build["accuracy_from"] = "the quantize stage (same graph, reference and held-out data)"
+            cand.failure = check_tolerance(cand.accuracy, tol.cosine, tol.max_abs, tol.top1)
+            return
         runner = self._open(cand, threads)
         try:
             cand.accuracy = runner_accuracy(runner, reference, names, ev)
@@ -237,35 +300,6 @@ class BuildCpuStage(Stage):
         from optcli.runtime import open_runner
 
         return open_runner(cand.path, cand.format, threads=threads, **cand.runner_options)
-
-    def _measure(self, cands: list[Candidate], ev: SampleSet, cfg: CpuConfig, threads: int | None) -> dict[str, Any]:
-        """One interleaved run over every candidate that ran (those that missed the tolerance too:
-        the report shows what they would have cost)."""
-        from optcli.cpu.measure import interleaved
-
-        ran = [c for c in cands if c.accuracy is not None]
-        if not ran:
-            return {"rounds": 0}
-        batch = self.ctx.config.bench.batch
-        sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
-        runners: dict[str, Any] = {}
-        try:
-            for c in ran:
-                runners[c.name] = self._open(c, threads)
-            arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
-                                                                            int_high=self.ctx.int_high)
-            feeds = {name: r.normalize(arrays) for name, r in runners.items()}
-            stats, info = interleaved(runners, feeds, batch=batch, min_rounds=cfg.min_rounds,
-                                      calls_per_round=cfg.calls_per_round, min_seconds=cfg.min_seconds,
-                                      block_ms=cfg.block_ms, switch_ms=cfg.switch_ms,
-                                      max_seconds=cfg.max_seconds, contenders=[c.name for c in ran if c.passed])
-        finally:
-            for r in runners.values():
-                r.close()
-        for c in ran:
-            c.latency = {k: stats[c.name][k] for k in ("p50", "p90", "mean", "min", "cv", "runs", "p50_ci")}
-        info["inputs"] = "evaluation samples" if sample is not None else "random inputs"
-        return info
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
         """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where

@@ -9,7 +9,7 @@ from typing import Any
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
-from optcli.quantize.int8_with_fallback import quantize_int8
+from optcli.quantize.int8_with_fallback import fallback_deferred, quantize_int8
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
@@ -47,7 +47,8 @@ class QuantizeInt8Stage(Stage):
         table = {n: list(f.op_types) for n, f in flavour.TABLE.items()}
         return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target,
                 "flavours": table, "methods": {"bins": 2048, "percentile": 99.99},
-                "u8s8_saturates": flavour.u8s8_saturates()}  # 7-bit weights on this CPU
+                "u8s8_saturates": flavour.u8s8_saturates(),  # 7-bit weights on this CPU
+                "fallback_deferred": fallback_deferred(self.ctx)}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
@@ -62,5 +63,6 @@ class QuantizeInt8Stage(Stage):
         return failure
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        out, details, accuracy = quantize_int8(self.ctx, artifact, workdir, self.tolerance(), self.name)
+        out, details, accuracy = quantize_int8(self.ctx, artifact, workdir, self.tolerance(), self.name,
+                                               defer_fallback=fallback_deferred(self.ctx))
         return StageResult(out, details, accuracy=accuracy)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from optcli import api
+from optcli.backends.registry import is_installed as installed
 from optcli.errors import AccuracyError, UsageError
 
 OUTLIER_NET = textwrap.dedent('''
@@ -83,7 +84,8 @@ def test_fallback_finds_the_outlier_layer_and_never_keeps_everything(models: Pat
     stage = plain.stage("quantize-int8")
     assert stage.accuracy["cosine_mean"] < 0.9, "plain INT8 should break this model"
 
-    run = api.compile(model, out=tmp_path / "fb", int8=True, calib=calib, check=False, bench=False)
+    # thorough: the fallback runs in this stage (fast defers it to build-cpu: the next test)
+    run = api.compile(model, out=tmp_path / "fb", int8=True, calib=calib, check=False, bench=False, search="thorough")
     st = run.stage("quantize-int8")
     fb = st.details["fallback"]
     assert fb["ranking"][0]["module"] == "fc2", fb["ranking"]
@@ -106,6 +108,26 @@ def test_fallback_finds_the_outlier_layer_and_never_keeps_everything(models: Pat
     report = json.loads((tmp_path / "fb" / "report.json").read_text())
     stage_json = next(s for s in report["stages"] if s["name"] == "quantize-int8")
     assert stage_json["details"]["fallback"]["excluded_nodes"] == fb["excluded_nodes"]
+
+
+@pytest.mark.skipif(not installed("openvino"), reason="the deferral needs build-cpu's OpenVINO candidates")
+def test_fast_search_defers_the_fallback_to_build_cpu_which_runs_it_only_if_nothing_passes(
+        models: Path, tmp_path: Path) -> None:
+    calib = _npz_dir(tmp_path, "calib", "x", (32, 64))
+    run = api.compile(f"{models / 'nets.py'}:outlier", out=tmp_path / "o", int8=True, calib=calib, check=False,
+                      bench=False, target="cpu")
+    st = run.stage("quantize-int8")
+    if st.details["attempts"][0]["passed"]:
+        pytest.skip("plain INT8 met the tolerance on this CPU: nothing to defer")
+    assert st.details["fallback"] is None and "build-cpu" in st.details["fallback_deferred"]
+    assert st.accuracy["gate_deferred_to"] == "build-cpu"
+    cands = {c["name"]: c for c in run.stage("build-cpu").details["candidates"]}
+    others_passed = any(c["status"] == "passed" for n, c in cands.items() if "(fallback)" not in n)
+    last = [c for n, c in cands.items() if n.endswith("(fallback)")]
+    if others_passed:
+        assert not last  # the slow fallback never ran
+    else:
+        assert len(last) == 1 and last[0]["build"]["fallback_excluded"], last
 
 
 def test_manual_exclusion_and_op_exclusion(models: Path, tmp_path: Path) -> None:

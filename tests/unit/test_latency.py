@@ -57,3 +57,30 @@ def test_median_ci_brackets_the_median() -> None:
 def test_ratio() -> None:
     assert ratio(4, 2) == 2
     assert np.isnan(ratio(1, 0))
+
+
+def test_time_calls_with_settle_stops_once_the_median_is_known() -> None:
+    import time
+
+    def steady() -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.0005:
+            pass
+
+    samples = time_calls(steady, warmup_runs=1, warmup_seconds=0.0, runs=500, min_seconds=10.0, max_seconds=10.0,
+                         settle=0.25)
+    assert 10 <= len(samples) < 500  # stopped long before runs / min_seconds
+
+
+def test_the_stage_table_labels_each_rows_latency_setting() -> None:
+    from optcli.report import STAGE_COLUMNS, RunReport, StageReport, stage_rows
+
+    def lat(runtime: str, level: str | None = None) -> dict:
+        return {"p50": 1.0, "runtime": runtime, "settings": {"graph_optimization": level} if level else {}}
+
+    export = StageReport("export", status="ok", latency_ms={"before": lat("torch-cpu"), "after": lat("onnxruntime-cpu", "disabled")})
+    quant = StageReport("quantize-int8", status="ok",
+                        latency_ms={"before": lat("onnxruntime-cpu", "all"), "after": lat("onnxruntime-cpu", "all")})
+    report = RunReport("0", {"path": "m"}, "cpu", {}, {}, stages=[export, quant])
+    col = STAGE_COLUMNS.index("measured with")
+    assert [r[col] for r in stage_rows(report)] == ["eager -> ort disabled", "ort all"]

@@ -1,0 +1,92 @@
+"""build-cpu's candidates through the backend-agnostic search (optcli/search/): the runners that
+measure them, and what the search learned written back onto each Candidate (prediction, seconds
+per phase, latency, why one was not built)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from optcli.cpu.candidates import Candidate
+from optcli.cpu.options import CpuConfig
+from optcli.latency import median_ci, stats_from_samples
+from optcli.search.priors import SMALL_BYTES, Features, model_kind, predict
+from optcli.search.search import Search, SearchResult
+
+
+def features(precision: str, ops: dict[str, int], encoder: bool, weight_bytes: int, u8s8_saturates: bool) -> Features:
+    """What the priors condition on: precision, model kind, size, and the CPU's INT8 instructions."""
+    return Features(precision, model_kind(ops, encoder), "small" if weight_bytes < SMALL_BYTES else "large",
+                    "plain" if u8s8_saturates else "vnni")
+
+
+def attempt(cand: Candidate, work: Callable[[], Any]) -> bool:
+    """Run one phase of a candidate; a failure is this candidate's failure (the others still compete)."""
+    from optcli.errors import OptcliError
+
+    try:
+        work()
+        return True
+    except OptcliError as exc:
+        cand.failure = f"{'build' if cand.path is None else 'run'} failed: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - a backend's own failure (OpenVINO's OpConversionFailure,
+        # NNCF's) is this candidate's failure: the others still compete
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        cand.failure = f"{'build' if cand.path is None else 'run'} failed: {type(exc).__name__}: {first}"
+    cand.accuracy = None
+    return False
+
+
+def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], None],
+                      check: Callable[[Candidate], None], open_runner: Callable[[Candidate], Any],
+                      arrays: dict[str, Any], batch: int, cfg: CpuConfig, feats: Features,
+                      deadline: float | None) -> tuple[SearchResult, dict[str, Any]]:
+    """Build (`build` fills cand.path), check (`check` fills cand.accuracy and cand.failure) and measure
+    the candidates not skipped, fast or thorough per `cfg.search`. Returns (result, measurement facts)."""
+    from optcli.cpu.measure import time_block
+
+    todo = {c.name: c for c in cands if not c.skip}
+    runners: dict[str, Any] = {}
+    feeds: dict[str, Any] = {}
+
+    def built(name: str) -> Candidate | None:
+        cand = todo[name]
+        t0 = time.perf_counter()
+        if not attempt(cand, lambda: build(cand)):
+            return None
+        cand.build["seconds"] = round(time.perf_counter() - t0, 3)
+        return cand
+
+    def passes(cand: Candidate) -> bool | None:
+        return cand.failure is None if attempt(cand, lambda: check(cand)) else None
+
+    def measure(cand: Candidate) -> list[float]:
+        if cand.name not in runners:
+            runners[cand.name] = open_runner(cand)
+            feeds[cand.name] = runners[cand.name].normalize(arrays)
+        return time_block(runners[cand.name], feeds[cand.name], cfg.calls_per_round, cfg.block_ms, cfg.switch_ms)
+
+    search = Search(cfg.search, min_rounds=cfg.min_rounds, min_seconds=cfg.min_seconds, max_seconds=cfg.max_seconds,
+                    deadline=deadline)
+    try:
+        result = search.run(list(todo), built, passes, measure,
+                            {n: predict(feats, f"{c.backend}:{c.recipe}") for n, c in todo.items()},
+                            free={n for n, c in todo.items() if c.recipe == "input"})
+    finally:
+        for r in runners.values():
+            r.close()
+    for e in result.entries:
+        cand = todo[e.name]
+        cand.search = {k: v for k, v in e.to_json().items() if k not in ("name", "status")}
+        if e.status == "not built":
+            cand.search.pop("reason", None)  # it is the candidate's reason
+            cand.skip = f"not built ({cfg.search} search): {e.reason}"
+        if e.samples:
+            r = runners[e.name]
+            stats = stats_from_samples(e.samples, batch, r.backend, getattr(r, "settings", {})).to_json()
+            cand.latency = {k: stats[k] for k in ("p50", "p90", "mean", "min", "cv", "runs")}
+            cand.latency["p50_ci"] = [round(v, 4) for v in median_ci(e.samples)]
+    timing = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round, "block_ms": cfg.block_ms,
+              "switch_ms": cfg.switch_ms, "seconds": round(result.measure_seconds, 2), "batch": batch,
+              "order": [e.name for e in result.measured()], "features": feats.to_json()}
+    return result, timing
