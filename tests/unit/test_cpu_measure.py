@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pytest
 
 from optcli.cpu.measure import _separated, interleaved
 from optcli.runtime.base import Runner
@@ -33,19 +34,42 @@ class SleepRunner(Runner):
         return [feeds["x"]]
 
 
-def test_blocks_in_turn_with_untimed_switch_calls() -> None:
-    fast, slow = SleepRunner(1.0), SleepRunner(3.0)
+class VirtualClock:
+    """perf_counter for optcli.cpu.measure that moves only when a runner runs: the measurement logic is
+    tested on exact latencies, so a loaded machine (which stretched the old busy-waits) cannot flake it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class ClockRunner(SleepRunner):
+    def __init__(self, ms: float, clock: VirtualClock) -> None:
+        super().__init__(ms)
+        self.clock = clock
+
+    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+        self.calls += 1
+        self.clock.now += self.ms / 1000.0
+        return [feeds["x"]]
+
+
+def test_blocks_in_turn_with_untimed_switch_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = VirtualClock()
+    monkeypatch.setattr("optcli.cpu.measure.time", clock)
+    fast, slow = ClockRunner(1.0, clock), ClockRunner(3.0, clock)
     runners = {"fast": fast, "slow": slow}
     feeds = {k: r.normalize({"x": [1.0]}) for k, r in runners.items()}
     stats, info = interleaved(runners, feeds, batch=1, min_rounds=3, calls_per_round=2, min_seconds=0.0,
                               max_seconds=5.0, block_ms=10.0, switch_ms=4.0, contenders=["fast", "slow"])
-    assert info["rounds"] >= 3 and info["order"] == ["fast", "slow"] and info["separated"] is True
-    # Busy-waits: a busy machine stretches them, never shortens them.
-    assert 0.9 < stats["fast"]["p50"] < 2.9 and 2.9 < stats["slow"]["p50"] < 9.0
+    assert info["rounds"] == 3 and info["order"] == ["fast", "slow"] and info["separated"] is True
+    assert stats["fast"]["p50"] == pytest.approx(1.0) and stats["slow"]["p50"] == pytest.approx(3.0)
     assert stats["fast"]["p50_ci"][1] < stats["slow"]["p50_ci"][0]
-    # Untimed calls after each switch are not in the samples: calls made > calls timed.
-    assert fast.calls > stats["fast"]["runs"] and slow.calls > stats["slow"]["runs"]
-    assert stats["slow"]["runs"] >= 2 * info["rounds"]
+    # Per block: switch calls until 4 ms have passed (untimed), then timed calls until 10 ms and >= 2 calls.
+    assert stats["fast"]["runs"] == 3 * 10 and stats["slow"]["runs"] == 3 * 4
+    assert fast.calls == 3 * (4 + 10) and slow.calls == 3 * (2 + 4)
 
 
 def test_a_tie_keeps_measuring_until_max_seconds() -> None:
