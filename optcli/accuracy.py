@@ -105,6 +105,28 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
     return summary
 
 
+def budget_used(summary: dict[str, Any], cosine: float | None, max_abs: float | None,
+                top1: float | None) -> float | None:
+    """How much of the tolerance the worst output used: 0 exact, 1 at the limit (the largest over the
+    bounds given: 1 - cosine against 1 - the cosine bound, the max abs error against its bound, ...).
+    None where a bound cannot be read that way (a bound of exactly 1 or 0, or no bound at all)."""
+    used: list[float] = []
+    for e in summary.get("outputs", {}).values():
+        if cosine is not None:
+            if cosine >= 1.0:
+                return None
+            used.append((1.0 - e["cosine_mean"]) / (1.0 - cosine))
+        if max_abs is not None:
+            if max_abs <= 0.0:
+                return None
+            used.append(e["max_abs_err"] / max_abs)
+        if top1 is not None and "top1_agreement" in e:
+            if top1 >= 1.0:
+                return None
+            used.append((1.0 - e["top1_agreement"]) / (1.0 - top1))
+    return max(used) if used else None
+
+
 def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: float | None,
                     top1: float | None) -> str | None:
     """The first figure that misses its tolerance, as a message naming the output; else None."""

@@ -40,7 +40,9 @@ def attempt(cand: Candidate, work: Callable[[], Any]) -> bool:
 def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], None],
                       check: Callable[[Candidate], None], open_runner: Callable[[Candidate], Any],
                       arrays: dict[str, Any], batch: int, cfg: CpuConfig, feats: Features,
-                      deadline: float | None) -> tuple[SearchResult, dict[str, Any]]:
+                      deadline: float | None,
+                      budget_used: Callable[[Candidate], float | None] | None = None,
+                      ) -> tuple[SearchResult, dict[str, Any]]:
     """Build (`build` fills cand.path), check (`check` fills cand.accuracy and cand.failure) and measure
     the candidates not skipped, fast or thorough per `cfg.search`. Returns (result, measurement facts)."""
     from optcli.cpu.measure import time_block
@@ -71,7 +73,7 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
     try:
         result = search.run(list(todo), built, passes, measure,
                             {n: predict(feats, f"{c.backend}:{c.recipe}") for n, c in todo.items()},
-                            free={n for n, c in todo.items() if c.recipe == "input"})
+                            free={n for n, c in todo.items() if c.recipe == "input"}, budget_used=budget_used)
     finally:
         for r in runners.values():
             r.close()

@@ -13,7 +13,9 @@ evidence had less accurate counts one tie band slower, since a tie goes to the m
 One is built when no leader exists yet (nothing within tolerance so far), when it is free (already
 built: measuring it confirms or refutes the prediction), or when, at the optimistic end of its
 prediction, it beats the leader by more than the tie band (or, where the evidence has it more
-accurate than the leader, ties it: a tie goes to the more accurate). Passing candidates are measured in
+accurate than the leader, ties it: a tie goes to the more accurate; unless the leader's own measured
+accuracy used at most ACCURACY_HEADROOM of the tolerance's budget: what is measured in this run
+outweighs the evidence from other models, and nothing the tolerance asks for is left to gain). Passing candidates are measured in
 alternating blocks; after `min_rounds` rounds one clearly behind the leader stops being measured, and
 measuring stops when the rest are settled (elimination.py), or at `max_seconds`.
 thorough: every candidate built in the given order; all that ran (passing or not) measured in
@@ -31,6 +33,11 @@ from optcli.search.elimination import TIE_BAND, Standing, clearly_behind, leader
 from optcli.search.priors import UNKNOWN, Prediction
 
 MODES = ("fast", "thorough")
+# A leader measured within this fraction of the accuracy budget (e.g. cosine 0.9975 against 0.99) leaves
+# nothing for a more accurate candidate to win on accuracy: it must then beat the leader on speed. On
+# BERT-base, onnxruntime's INT8 measured 0.99957 (4% of the budget) while the evidence from MiniLM had
+# NNCF's transformer setting the more accurate, and its build cost 158 s for a slower artifact.
+ACCURACY_HEADROOM = 0.25
 
 
 @dataclass
@@ -48,6 +55,7 @@ class Entry:
     measure_seconds: float = 0.0
     samples: list[float] = field(default_factory=list)
     eliminated: bool = False
+    budget_used: float | None = None  # the fraction of the accuracy budget its measured accuracy used
 
     def effective_ratio(self, tie_band: float) -> float:
         p = self.prediction
@@ -66,6 +74,8 @@ class Entry:
             out["calls"] = len(self.samples)
         if self.eliminated:
             out["eliminated"] = True
+        if self.budget_used is not None:
+            out["accuracy_budget_used"] = round(self.budget_used, 4)
         return out
 
 
@@ -113,7 +123,11 @@ class Search:
 
     def run(self, names: list[str], build: Callable[[str], Any], passes: Callable[[Any], bool],
             measure: Callable[[Any], list[float]], predictions: dict[str, Prediction] | None = None,
-            free: set[str] | frozenset[str] = frozenset()) -> SearchResult:
+            free: set[str] | frozenset[str] = frozenset(),
+            budget_used: Callable[[Any], float | None] | None = None) -> SearchResult:
+        """`budget_used(handle)`: the fraction of the accuracy tolerance a passing candidate's measured
+        accuracy used (0 exact, 1 at the limit), or None where it cannot say."""
+        self._budget_used = budget_used
         preds = predictions or {}
         entries = [Entry(n, preds.get(n, UNKNOWN), n in free) for n in names]
         if self.mode == "fast":
@@ -154,7 +168,8 @@ class Search:
             return None
         lead = self._leader(pool)
         optimistic = e.prediction.ratio * (1 - e.prediction.spread)
-        if lead.prediction.less_accurate and not e.prediction.less_accurate:
+        if (lead.prediction.less_accurate and not e.prediction.less_accurate
+                and not (lead.budget_used is not None and lead.budget_used <= ACCURACY_HEADROOM)):
             # The evidence has it more accurate than the leader: a tie would go to it.
             if optimistic < lead.prediction.ratio * (1 + self.tie_band):
                 return None
@@ -162,9 +177,13 @@ class Search:
                     f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot even tie {lead.name}")
         if optimistic < lead.prediction.ratio * (1 - self.tie_band):
             return None
+        why_no_tie = "a tie would not go to it"
+        if lead.prediction.less_accurate and not e.prediction.less_accurate:
+            why_no_tie = (f"{lead.name} measured within {lead.budget_used:.0%} of the accuracy budget, so a tie "
+                          "would gain nothing the tolerance asks for")
         return (f"predicted {e.prediction.ratio:.2f}x (+-{e.prediction.spread:.0%}) the winner's latency, "
                 f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot beat {lead.name} by more than "
-                f"the tie band ({self.tie_band:.0%}), and a tie would not go to it")
+                f"the tie band ({self.tie_band:.0%}), and {why_no_tie}")
 
     def _leader(self, pool: list[Entry]) -> Entry:
         measured = [e for e in pool if e.samples]
@@ -184,6 +203,8 @@ class Search:
         ok = passes(e.handle)
         e.check_seconds = round(self.clock() - t0, 3)
         e.status = "passed" if ok else "rejected"
+        if ok and self._budget_used is not None:
+            e.budget_used = self._budget_used(e.handle)
 
     # -- measuring ---------------------------------------------------------------------------
     def _race(self, live: list[Entry], contenders: list[Entry], measure: Callable[[Any], list[float]],

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from optcli.accuracy import check_tolerance
+from optcli.accuracy import budget_used, check_tolerance
 from optcli.artifact import Artifact, onnx_external_files, sha256_file
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
@@ -236,7 +236,8 @@ class BuildCpuStage(Stage):
         result, timing = search_candidates(
             cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
-            deadline=self.ctx.facts.get("deadline"))
+            deadline=self.ctx.facts.get("deadline"),
+            budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1))
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing
 

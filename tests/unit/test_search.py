@@ -178,3 +178,32 @@ def test_priors_measured_with_vnni_are_less_certain_without_it() -> None:
     assert plain.ratio == vnni.ratio and plain.spread == 2 * vnni.spread
     # where this CPU has its own evidence, that row applies as measured
     assert "AVX2" in predict(Features("int8", "encoder", "large", "plain"), NNCF).evidence
+
+
+def test_a_leader_measured_well_inside_the_accuracy_budget_must_be_beaten_on_speed() -> None:
+    """The evidence (from other models) has the leader less accurate, but this run measured it within
+    ACCURACY_HEADROOM of the budget: a more accurate candidate that could only tie it is not built."""
+    from optcli.search.search import ACCURACY_HEADROOM
+
+    preds = {"fast_but_lossy": Prediction(0.95, 0.05, "wins on speed, loses accuracy", less_accurate=True),
+             "accurate": Prediction(1.0, 0.05, "the accurate one")}
+    for used, built in ((0.04, ["fast_but_lossy"]), (ACCURACY_HEADROOM + 0.5, ["fast_but_lossy", "accurate"]),
+                        (None, ["fast_but_lossy", "accurate"])):
+        bench = Bench({"fast_but_lossy": 9.5, "accurate": 10.0})
+        r = Search("fast", clock=bench.clock).run(list(preds), bench.build, bench.passes, bench.measure, preds,
+                                                  free={"fast_but_lossy"}, budget_used=lambda h: used)
+        assert bench.built == built, used
+        if len(built) == 1:
+            assert "accuracy budget" in r.entry("accurate").reason
+            assert r.entry("fast_but_lossy").to_json()["accuracy_budget_used"] == used
+
+
+def test_budget_used_is_the_worst_output_against_each_bound() -> None:
+    from optcli.accuracy import budget_used
+
+    summary = {"outputs": {"a": {"cosine_mean": 0.999, "max_abs_err": 0.01},
+                           "b": {"cosine_mean": 0.995, "max_abs_err": 0.04, "top1_agreement": 0.99}}}
+    assert budget_used(summary, 0.99, None, None) == pytest.approx(0.5)
+    assert budget_used(summary, None, 0.05, None) == pytest.approx(0.8)
+    assert budget_used(summary, 0.99, 0.1, 0.98) == pytest.approx(0.5)
+    assert budget_used(summary, 1.0, None, None) is None and budget_used(summary, None, None, None) is None
