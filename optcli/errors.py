@@ -71,6 +71,13 @@ class MissingDependencyError(OptcliError):
         self.extra = extra
 
 
+class DeviceUnavailableError(OptcliError):
+    """The device asked for is not usable by the runtime installed (a CPU-only build, missing CUDA
+    libraries): the same exit code as a missing dependency, with a hint naming what to install."""
+
+    exit_code = EXIT_MISSING_DEPENDENCY
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised by the CLI's handler so a terminated run ends like Ctrl-C: the report says
     `interrupted`, no half-written folder stays behind, and the exit code is 143."""

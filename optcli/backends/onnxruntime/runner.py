@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from optcli.errors import UsageError
+from optcli.errors import DeviceUnavailableError, UsageError
 from optcli.optional_imports import require
 from optcli.runtime.base import Runner
 from optcli.tensor_spec import TensorSpec
@@ -78,9 +78,13 @@ class OnnxRuntimeRunner(Runner):
         if self.profile_prefix:
             so.enable_profiling = True
             so.profile_file_prefix = self.profile_prefix
+        if self.device != "cpu" and hasattr(ort, "preload_dlls"):
+            # onnxruntime-gpu finds CUDA and cuDNN from their pip packages only when asked (or after torch
+            # loaded them); without it a CUDA session quietly runs on the CPU.
+            ort.preload_dlls()
         try:
-            return ort.InferenceSession(self._model_bytes_path, sess_options=so, providers=self._providers(),
-                                        disabled_optimizers=self.disabled_optimizers or None)
+            session = ort.InferenceSession(self._model_bytes_path, sess_options=so, providers=self._providers(),
+                                           disabled_optimizers=self.disabled_optimizers or None)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             hint = "check the model with `python -m onnx.checker`, or try --debug"
@@ -88,6 +92,15 @@ class OnnxRuntimeRunner(Runner):
                 # onnx >= 1.23's make_model writes IR versions newer onnxruntime builds may refuse.
                 hint = "re-save the model with an older IR version (model.ir_version = 10), or upgrade onnxruntime"
             raise UsageError(f"onnxruntime cannot load {self.path.name}: {first[:300]}", hint=hint) from exc
+        wanted = _PROVIDERS[self.device]
+        if session.get_providers()[0] != wanted:
+            # onnxruntime falls back to the CPU with only a warning (a CPU-only onnxruntime, or
+            # onnxruntime-gpu without a usable CUDA): a figure labelled cuda would be the CPU's.
+            raise DeviceUnavailableError(
+                f"device {self.device!r}: onnxruntime could not use {wanted} (it has {', '.join(ort.get_available_providers())})",
+                hint="install onnxruntime-gpu built for this machine's CUDA (pip install 'optcli[gpu]', not beside "
+                     "onnxruntime) on a machine with an NVIDIA GPU, or use device='cpu'")
+        return session
 
     def _make_handle(self) -> Any:
         return self._new_session()
