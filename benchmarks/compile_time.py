@@ -135,7 +135,7 @@ def speed(rows: dict[str, dict[str, Any]], name: str, rounds: int) -> dict[str, 
     return {k: {"p50": v["p50"], "p50_ci": v["p50_ci"]} for k, v in stats.items()}
 
 
-def bench(name: str, out: Path, reps: int, rounds: int) -> dict[str, Any]:
+def bench(name: str, out: Path, reps: int, rounds: int, searches: tuple[str, ...] = ("fast", "thorough")) -> dict[str, Any]:
     from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
 
     result: dict[str, Any] = {"model": name, "runs": []}
@@ -147,14 +147,14 @@ def bench(name: str, out: Path, reps: int, rounds: int) -> dict[str, Any]:
         if not export:
             result["runs"].append(run)
             continue
-        order = ["peer", "fast", "thorough"]
-        for step in order[rep % 3:] + order[:rep % 3]:
+        order = ["peer", *searches]
+        for step in order[rep % len(order):] + order[:rep % len(order)]:
             if step == "peer":
                 encoder = looks_like_encoder(op_histogram(load_onnx(Path(export), load_weights=False)))
                 run["peer"] = peer(name, export, out / name, encoder)
             else:
                 run[step] = compile_once(name, step, out / name / f"onnx-{step}-{rep}", model=export)
-        run["speed"] = speed({k: run[k] for k in ("fast", "thorough")}, name, rounds)
+        run["speed"] = speed({k: run[k] for k in searches}, name, rounds)
         result["runs"].append(run)
     return result
 
@@ -203,13 +203,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds for the artifacts' speed")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument("--searches", default="fast,thorough", help="which searches to compile with from the ONNX")
     args = parser.parse_args()
     results = []
     for name in args.models.split(","):
         if not Path(MODELS[name][0]).exists():
             print(f"skipping {name}: {MODELS[name][0]} not built (see the docstring)")
             continue
-        res = bench(name, args.out, args.reps, args.rounds)
+        res = bench(name, args.out, args.reps, args.rounds, tuple(args.searches.split(",")))
         res["load_average"] = os.getloadavg()
         results.append(res)
         print("\n".join(summary(res)), flush=True)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import budget_used, check_tolerance
-from optcli.artifact import Artifact, onnx_external_files, sha256_file
+from optcli.calibration.identity import data_identity
+from optcli.artifact import Artifact, onnx_external_files
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
@@ -116,9 +117,7 @@ class BuildCpuStage(Stage):
 
     def fingerprint(self) -> dict[str, Any]:
         q = config_dict(self.ctx.config.quantize)
-        for key in ("calib", "eval"):
-            if q.get(key):
-                q[f"{key}_sha256"] = sha256_file(Path(q[key])) if Path(q[key]).exists() else None
+        q.update(data_identity(q))
         bench = self.ctx.config.bench
         return {"cpu": dataclasses.asdict(self.options()), "quantize": q, "tolerance": self.tolerance().to_json(),
                 "bench": {"batch": bench.batch, "threads": bench.threads},

@@ -47,7 +47,10 @@ class QuantizeFp16Stage(Stage):
         return effective("fp16", a.cosine, a.max_abs, a.top1)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"quantize": config_dict(self.ctx.config.quantize), "tolerance": self.tolerance().to_json()}
+        from optcli.calibration.identity import data_identity
+
+        q = config_dict(self.ctx.config.quantize)
+        return {"quantize": {**q, **data_identity(q)}, "tolerance": self.tolerance().to_json()}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()

@@ -34,14 +34,11 @@ class QuantizeInt8Stage(Stage):
         return effective("int8", a.cosine, a.max_abs, a.top1)
 
     def fingerprint(self) -> dict[str, Any]:
-        q = config_dict(self.ctx.config.quantize)
-        # The data's bytes, not just its path: edit a sample and the stage reruns.
-        from optcli.artifact import sha256_file
-
-        for key in ("calib", "eval"):
-            if q.get(key):
-                q[f"{key}_sha256"] = sha256_file(Path(q[key])) if Path(q[key]).exists() else None
+        from optcli.calibration.identity import data_identity
         from optcli.quantize import flavour
+
+        q = config_dict(self.ctx.config.quantize)
+        q.update(data_identity(q))  # the data's bytes, not just its path: edit a sample and the stage reruns
 
         # Which ops each flavour quantizes is part of the output: a change must invalidate the cache.
         table = {n: list(f.op_types) for n, f in flavour.TABLE.items()}

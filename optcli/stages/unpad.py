@@ -59,9 +59,14 @@ class UnpadStage(Stage):
         return plan if isinstance(plan, str) else None
 
     def fingerprint(self) -> dict[str, Any]:
+        from optcli.calibration.identity import data_identity
+
         q = self.ctx.config.quantize
+        data = {"calib": str(q.calib) if q.calib else None, "eval": str(q.eval) if q.eval else None,
+                "calib_reader": q.calib_reader}
+        # The proof runs on the held-out data: its bytes are in the key, not only its path.
         return {"unpad": unpad_config(self.ctx.config).__dict__, "target": self.ctx.target,
-                "data": [str(q.calib) if q.calib else None, str(q.eval) if q.eval else None, q.calib_reader]}
+                "data": {**data, **data_identity(data)}}
 
     def _length(self, plan: Any) -> int:
         if isinstance(plan.length, int):
@@ -72,6 +77,12 @@ class UnpadStage(Stage):
         return int(random_inputs([spec], 1, int_high={})[spec.name].shape[1])
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
+        from optcli.unpad.verify import GraphRuns
+
+        with GraphRuns() as runs:
+            return self._run(artifact, workdir, runs)
+
+    def _run(self, artifact: Artifact, workdir: Path, runs: Any) -> StageResult:
         from optcli.unpad.graph import rewrite
         from optcli.unpad.verify import sequence_axes, synthetic_samples
 
@@ -87,7 +98,8 @@ class UnpadStage(Stage):
         save_onnx(body, probe)
         feeds = synthetic_samples(self.ctx.inputs, plan.mask, plan.sequence_inputs, length, self.ctx.int_high,
                                   n=2, lengths=np.array([plan.bucket - 1, 1]))
-        axes = sequence_axes(artifact.path, probe, feeds, length, plan.bucket)
+        axes = sequence_axes(artifact.path, probe, feeds, length, plan.bucket, runs)
+        runs.forget(probe)
         probe.unlink()
         if isinstance(axes, str):
             return self._skip(artifact, workdir, details, axes)
@@ -96,9 +108,10 @@ class UnpadStage(Stage):
         out = workdir / "model.onnx"
         save_onnx(model, out)
         details.update(plan.to_json(), **changed)
-        reason = self._prove(artifact.path, out, plan, length, details)
+        reason = self._prove(runs, artifact.path, out, plan, length, details)
         if reason is None and self.ctx.target == "tensorrt":
             reason = self._tensorrt_refusal(out)
+        runs.forget(out)
         if reason:
             out.unlink()
             return self._skip(artifact, workdir, details, reason)
@@ -107,7 +120,8 @@ class UnpadStage(Stage):
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": flavour} if flavour else {}), details)
 
-    def _prove(self, original: Path, rewritten: Path, plan: Any, length: int, details: dict[str, Any]) -> str | None:
+    def _prove(self, runs: Any, original: Path, rewritten: Path, plan: Any, length: int,
+               details: dict[str, Any]) -> str | None:
         """Run both graphs on right-padded random samples and the held-out data; the reason to refuse, or None."""
         from optcli.unpad.verify import MAX_DATA_SAMPLES, PROOF_BATCH, prove, right_padded, synthetic_samples
 
@@ -122,7 +136,7 @@ class UnpadStage(Stage):
                 return (f"the data ({data.source}) is not right-padded: padding must come last for the rewrite to "
                         "skip it")
             samples.append((f"the held-out data ({data.source})", arrays, PROOF_BATCH))
-        proof = prove(original, rewritten, samples, plan.mask)
+        proof = prove(original, rewritten, samples, plan.mask, runs)
         details["proof"] = proof["checks"]
         return proof["reason"]
 

@@ -45,28 +45,53 @@ def synthetic_samples(specs: list[TensorSpec], mask: str, sequence_inputs: list[
     return feeds
 
 
-def _run(path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
-    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+class GraphRuns:
+    """One onnxruntime session per graph for the whole analysis: the original graph runs for the probe,
+    the synthetic proof and the held-out data (a BERT-base session costs seconds to create)."""
 
-    runner = OnnxRuntimeRunner(path, optimization="basic", threads=None)
-    try:
+    def __init__(self) -> None:
+        self._runners: dict[Path, Any] = {}
+
+    def run(self, path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
+        from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+
+        runner = self._runners.get(path)
+        if runner is None:
+            runner = self._runners[path] = OnnxRuntimeRunner(path, optimization="basic", threads=None)
         n = len(next(iter(feeds.values())))
         chunks = [runner.run_normalized(runner.normalize({k: v[i:i + batch] for k, v in feeds.items()}))
                   for i in range(0, n, batch)]
         return [np.concatenate([np.asarray(c[j]) for c in chunks]) for j in range(len(chunks[0]))], \
             [o.name for o in runner.outputs]
-    finally:
-        runner.close()
+
+    def forget(self, path: Path) -> None:
+        """Close the session of a graph that is about to be deleted."""
+        runner = self._runners.pop(path, None)
+        if runner is not None:
+            runner.close()
+
+    def close(self) -> None:
+        for path in list(self._runners):
+            self.forget(path)
+
+    def __enter__(self) -> GraphRuns:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def sequence_axes(original: Path, body: Path, feeds: dict[str, np.ndarray], length: int,
-                  valid_length: int) -> dict[str, list[int]] | str:
+                  valid_length: int, runs: GraphRuns | None = None) -> dict[str, list[int]] | str:
     """Run both graphs on one batch whose valid length is `valid_length` < `length`: the axes where the
     original has `length` and the body `valid_length` carry the sequence. Any other difference in
     shape means the body does not follow L: the reason, as a string."""
+    if runs is None:
+        with GraphRuns() as own:
+            return sequence_axes(original, body, feeds, length, valid_length, own)
     try:
-        ref, names = _run(original, feeds, len(next(iter(feeds.values()))))
-        got, _ = _run(body, feeds, len(next(iter(feeds.values()))))
+        ref, names = runs.run(original, feeds, len(next(iter(feeds.values()))))
+        got, _ = runs.run(body, feeds, len(next(iter(feeds.values()))))
     except Exception as exc:  # onnxruntime raises its own types for shape errors
         return f"the graph does not run at a shorter length ({str(exc).strip().splitlines()[0][:200]})"
     axes: dict[str, list[int]] = {}
@@ -82,14 +107,17 @@ def sequence_axes(original: Path, body: Path, feeds: dict[str, np.ndarray], leng
 
 
 def prove(original: Path, rewritten: Path, samples: list[tuple[str, dict[str, np.ndarray], int]],
-          mask: str) -> dict[str, Any]:
+          mask: str, runs: GraphRuns | None = None) -> dict[str, Any]:
     """Run both graphs on each (label, feeds, batch) and compare every output on the valid positions;
     returns {"equal": bool, "reason": str | None, "checks": [...]}."""
+    if runs is None:
+        with GraphRuns() as own:
+            return prove(original, rewritten, samples, mask, own)
     checks: list[dict[str, Any]] = []
     for label, feeds, batch in samples:
         try:
-            ref, names = _run(original, feeds, batch)
-            got, _ = _run(rewritten, feeds, batch)
+            ref, names = runs.run(original, feeds, batch)
+            got, _ = runs.run(rewritten, feeds, batch)
         except Exception as exc:
             return {"equal": False, "reason": f"the rewritten graph fails on {label}: {str(exc).splitlines()[0][:200]}",
                     "checks": checks}
