@@ -99,7 +99,7 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
 
 
 def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
-         **options: Any) -> Any:
+         length_buckets: Any = None, **options: Any) -> Any:
     """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
     .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
 
@@ -108,7 +108,9 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, b
     "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
     `optimization` for onnxruntime). `batching` (True, or a dict of Triton's dynamic_batching names:
     max_batch_size, max_queue_delay_microseconds, preferred_batch_size) gathers concurrent calls into
-    one batch (optcli/batching.py); refused for a fixed-batch artifact.
+    one batch (optcli/batching.py); refused for a fixed-batch artifact. `length_buckets` (True, a
+    bucket size, or {"bucket": 16, "max_groups": 4}) runs a padded batch as sub-batches of rows of
+    similar valid length (optcli/length_buckets.py): for artifacts compiled with the unpad stage.
     """
     from optcli.loaded_model import open_artifact, resolve_artifact
 
@@ -117,7 +119,16 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, b
         from optcli.batching import batching_options
 
         policy = batching_options(batching)  # bad options fail before the model loads
+    buckets = None
+    if length_buckets is not None and length_buckets is not False:
+        from optcli.length_buckets import bucket_options
+
+        buckets = bucket_options(length_buckets)
     runner = open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    if buckets is not None:
+        from optcli.length_buckets import LengthBucketedRunner
+
+        runner = LengthBucketedRunner(runner, buckets)  # under batching: a gathered batch splits by length
     if policy is None:
         return runner
     from optcli.batching import BatchedRunner

@@ -156,8 +156,18 @@ class RecipeContext:
         return newest_float_onnx(self.lineage)
 
     def first_float_onnx(self) -> Artifact:
-        """The oldest FP32 ONNX of the run: the exporter's, or the user's own."""
-        return oldest_float_onnx(self.lineage)
+        """The oldest FP32 ONNX of the run: the exporter's, or the user's own; with the unpad stage's
+        rewrite where that stage applied it there too (its folder's UNPADDED_SOURCE, proven by the
+        stage): the padded positions are not computed, whichever graph a candidate starts from."""
+        from optcli.artifact import Artifact
+        from optcli.unpad.options import UNPADDED_SOURCE
+
+        first = oldest_float_onnx(self.lineage)
+        for a in self.lineage:
+            twin = a.path.parent / UNPADDED_SOURCE
+            if a.stage == "unpad" and a.format == ONNX and twin.is_file():
+                return Artifact(twin, ONNX, "fp32", stage=a.stage, parent=first.sha256)
+        return first
 
 
 def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:

@@ -43,6 +43,7 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
         # user's own file shows through them, and hashing a large .pt2 again costs seconds
         "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
         "lineage": [a.sha256 for a in ctx.lineage if a.stage and a.path.is_file()], "quantize": q,
+        "first_float_onnx": ctx.first_float_onnx().sha256,  # with the unpad stage's rewrite, or without
         "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
         "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
     if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed

@@ -15,6 +15,8 @@ from typing import Any
 from optcli.errors import UsageError
 
 SECTION = "unpad"
+# Beside the stage's model.onnx: the same rewrite, proven, on the graph OpenVINO's candidates start from.
+UNPADDED_SOURCE = "source-unpadded.onnx"
 
 
 @dataclass

@@ -70,6 +70,33 @@ def test_bert_artifact_equals_the_export_on_valid_positions(tmp_path: Path, torc
         assert acc["max_abs_err"] < 1e-4 and acc["cosine_min"] > 0.99999, (lengths, acc)
         assert not got[0][:, 32:].any() if max(lengths) <= 32 else True  # computed to 32 at most, 0 past it
 
+    # length_buckets: a batch of mixed lengths runs as sub-batches; the rows come back in order, equal
+    # on valid positions, the pooled output equal throughout
+    import optcli
+
+    feeds = padded([3, 47, 5, 30, 2, 18, 44, 9])
+    with optcli.load(final) as plain, optcli.load(final, length_buckets=True) as bucketed:
+        want, got = plain.predict(feeds), bucketed.predict(feeds)
+        assert bucketed.stats() == {"calls": 1, "sub_batches": 3}  # extents to 16, 32, 48
+    names = list(want)
+    acc = compare_outputs([want[n] for n in names], [got[n] for n in names], names, valid=sequence_mask(feeds))
+    assert acc["max_abs_err"] < 1e-4 and acc["cosine_min"] > 0.99999, acc
+
+    # OpenVINO's candidates start from the exporter's graph: the stage proved the same rewrite there, and
+    # the IR computes only to the bucket too (0 past it, as the rewrite pads), not every padded position
+    ov = pytest.importorskip("openvino")
+    code, _, err = run_main("compile", str(export), "--out", str(tmp_path / "ov"), "--target", "cpu",
+                            "--backend", "openvino", "--no-bench")
+    assert code == 0, err
+    report = read_report(tmp_path / "ov")
+    twin = next(s for s in report["stages"] if s["name"] == "unpad")["details"]["openvino_source"]
+    assert twin["applied"] and twin["proof"][0]["max_abs_err"] < 1e-4, twin
+    assert report["final"]["format"] == "openvino"
+    compiled = ov.Core().compile_model(str(tmp_path / "ov" / report["final"]["artifact"]), "CPU")
+    feeds = padded([5, 17, 1])
+    hidden = np.asarray(compiled(feeds)[compiled.outputs[0]])
+    assert hidden.shape[1] == SEQ and hidden[:, :17].any() and not hidden[:, 32:].any()
+
     # --no-unpad: the same ONNX, the stage is not in the run
     code, _, err = run_main("compile", str(export), "--out", str(tmp_path / "plain"), "--target", "cpu",
                             "--backend", "onnxruntime", "--no-bench", "--no-unpad")

@@ -1,0 +1,155 @@
+"""Length bucketing for padded batches: a batch of right-padded sequences runs as a few sub-batches of
+rows with similar valid lengths, and the outputs come back in the caller's row order.
+
+Why: an artifact compiled with the unpad stage (docs/unpad.md) computes a batch up to its LONGEST valid
+length (rounded up to the bucket). One long sentence in a batch of short ones makes every row pay for
+it; grouped by length, the short rows run at their own bucket. It changes nothing for a model that
+computes the padded length regardless (there the split only costs the extra calls), so it is opt-in:
+`optcli.load(path, length_buckets=True)`.
+
+Rows are grouped by bucket (the mask's extent rounded up to `bucket`, the unpad stage's default 16),
+and adjacent groups are merged while there are more than `max_groups`, each time where merging adds
+the least padded work (rows x extra positions). Outputs are equal to the unsplit call's on every
+valid position (the unpad stage's proof), and exactly equal for outputs without a sequence axis.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from optcli.errors import UsageError
+
+DEFAULT_BUCKET = 16
+DEFAULT_MAX_GROUPS = 4
+
+
+@dataclass(frozen=True)
+class BucketOptions:
+    bucket: int = DEFAULT_BUCKET
+    max_groups: int = DEFAULT_MAX_GROUPS
+
+    def to_json(self) -> dict[str, int]:
+        return {"bucket": self.bucket, "max_groups": self.max_groups}
+
+
+def bucket_options(value: Any) -> BucketOptions:
+    """`length_buckets=True`, an int (the bucket), or {"bucket": N, "max_groups": M}."""
+    if value is True:
+        return BucketOptions()
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {"bucket": value}
+    if not isinstance(value, dict) or set(value) - {"bucket", "max_groups"}:
+        raise UsageError(f"length_buckets={value!r} is not understood",
+                         hint='use True, a bucket size such as 16, or {"bucket": 16, "max_groups": 4}')
+    opts = BucketOptions(**value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (opts.bucket, opts.max_groups)):
+        raise UsageError(f"length_buckets={value!r}: bucket and max_groups are positive integers",
+                         hint='e.g. {"bucket": 16, "max_groups": 4}')
+    return opts
+
+
+def group_rows(mask: np.ndarray, options: BucketOptions) -> list[np.ndarray]:
+    """Row indices per sub-batch, shortest first. `mask` is batch x sequence (non-zero = token)."""
+    valid = np.asarray(mask) != 0
+    length = valid.shape[1]
+    # The extent (last token + 1), as the unpad stage reads it: a row of padding only counts as 1.
+    extent = np.where(valid.any(1), length - np.argmax(valid[:, ::-1], axis=1), 1)
+    buckets = np.minimum(-(-extent // options.bucket) * options.bucket, length)
+    groups = [[int(b), np.flatnonzero(buckets == b)] for b in np.unique(buckets)]
+    while len(groups) > options.max_groups:
+        # Merge the neighbours whose merge adds the least padded work: the shorter group's rows
+        # computed up to the longer group's bucket.
+        cost = [len(groups[i][1]) * (groups[i + 1][0] - groups[i][0]) for i in range(len(groups) - 1)]
+        i = int(np.argmin(cost))
+        groups[i + 1][1] = np.concatenate([groups[i][1], groups[i + 1][1]])
+        del groups[i]
+    return [rows for _, rows in groups]
+
+
+class LengthBucketedRunner:
+    """A loaded model whose padded batches run as sub-batches of similar length: `predict`,
+    `predict_async`, `close`, like a Runner. `stats()` counts the calls and sub-batches run."""
+
+    def __init__(self, runner: Any, options: BucketOptions) -> None:
+        from optcli.batch_merge import batch_blocker
+
+        masks = [i for i in runner.inputs if "mask" in i.name.lower() and len(i.shape) == 2]
+        blocker = None if masks else "it has no attention-mask input (an input named *mask*, batch x sequence)"
+        blocker = blocker or batch_blocker(runner.inputs, [o for o in runner.outputs if o.shape])
+        if blocker:
+            runner.close()
+            raise UsageError(f"cannot bucket this model's batches by length: {blocker}",
+                             hint="load it without length_buckets")
+        self.options = options
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._calls = self._sub_batches = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # inputs, outputs, backend, concurrency, path...: the wrapped runner's.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._runner, name)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {**dict(getattr(self._runner, "settings", {}) or {}), "length_buckets": self.options.to_json()}
+
+    def normalize(self, feeds: Any) -> dict[str, Any]:
+        return self._runner.normalize(feeds)
+
+    def describe_inputs(self) -> str:
+        return self._runner.describe_inputs()
+
+    def predict(self, feeds: Any) -> dict[str, Any]:
+        """Run one (padded) batch as sub-batches of similar length; {output name: array}, rows in order."""
+        names = [o.name for o in self._runner.outputs]
+        return dict(zip(names, self.run_normalized(self._runner.normalize(feeds))))
+
+    def predict_async(self, feeds: Any) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with self._lock:
+            if getattr(self, "_pool", None) is None:
+                self._pool = ThreadPoolExecutor(max_workers=max(1, getattr(self._runner, "concurrency", 1)),
+                                                thread_name_prefix="optcli-buckets")
+        return self._pool.submit(self.predict, feeds)
+
+    def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
+        """The hot path for benchmarks: inputs already checked by normalize()."""
+        from optcli.accuracy import sequence_mask
+
+        mask = sequence_mask({k: np.asarray(v) for k, v in feeds.items() if _is_host(v)})
+        groups = group_rows(mask, self.options) if mask is not None and len(mask) > 1 else None
+        with self._lock:
+            self._calls += 1
+            self._sub_batches += len(groups) if groups else 1
+        if not groups or len(groups) == 1:
+            return self._runner.run_normalized(feeds)
+        parts = [self._runner.run_normalized({k: v[rows] for k, v in feeds.items()}) for rows in groups]
+        order = np.argsort(np.concatenate(groups), kind="stable")
+        return [np.concatenate([np.asarray(p[j]) for p in parts])[order] for j in range(len(parts[0]))]
+
+    def stats(self) -> dict[str, int]:
+        """{"calls": N, "sub_batches": M}: how many runs the calls were split into."""
+        with self._lock:
+            return {"calls": self._calls, "sub_batches": self._sub_batches}
+
+    def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._runner.close()
+
+    def __enter__(self) -> LengthBucketedRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_host(value: Any) -> bool:
+    return isinstance(value, np.ndarray)
