@@ -45,9 +45,13 @@ class FeedSource:
     `pins` (`--input NAME:SHAPE`) give sizes to dynamic dims other than the batch."""
 
     def __init__(self, specs: list[TensorSpec], inputs_dir: str | Path | None = None,
-                 pins: list[str] | None = None, int_high: dict[str, int] | None = None, seed: int = 0) -> None:
+                 pins: list[str] | None = None, int_high: dict[str, int] | None = None, seed: int = 0,
+                 valid_lengths: str | None = None) -> None:
+        from optcli.benchmark.valid_lengths import parse_valid_lengths
+
         self.specs = merge_pinned(list(specs), batch_free_pins(pins, list(specs))) if pins else list(specs)
         self.seed = seed
+        self.valid_lengths = parse_valid_lengths(valid_lengths) if valid_lengths else None
         self.high = dict(int_high or {})
         self.samples: dict[str, np.ndarray] | None = None
         self.description = "random"
@@ -63,8 +67,8 @@ class FeedSource:
 
     @classmethod
     def for_runner(cls, runner: Runner, inputs_dir: str | Path | None = None,
-                   pins: list[str] | None = None, seed: int = 0) -> FeedSource:
-        return cls(runner.inputs, inputs_dir, pins, int_bounds(runner), seed)
+                   pins: list[str] | None = None, seed: int = 0, valid_lengths: str | None = None) -> FeedSource:
+        return cls(runner.inputs, inputs_dir, pins, int_bounds(runner), seed, valid_lengths)
 
     @property
     def real(self) -> bool:
@@ -73,14 +77,21 @@ class FeedSource:
     def batch(self, size: int) -> dict[str, np.ndarray]:
         """`size` samples: real ones cycled in order when there are fewer, else random."""
         if self.samples is None:
-            return random_inputs(self.specs, size, seed=self.seed, int_high=self.high)
+            feeds = random_inputs(self.specs, size, seed=self.seed, int_high=self.high)
+            if self.valid_lengths is not None:
+                from optcli.benchmark.valid_lengths import apply_valid_lengths
+
+                feeds = apply_valid_lengths(feeds, self.valid_lengths, self.seed)
+            return feeds
         n = len(next(iter(self.samples.values())))
         index = np.arange(size) % n
         return {name: np.ascontiguousarray(arr[index]) for name, arr in self.samples.items()}
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.description, "specs": [s.to_json() for s in self.specs],
-                "int_high": self.high}
+        out = {"source": self.description, "specs": [s.to_json() for s in self.specs], "int_high": self.high}
+        if self.valid_lengths is not None:
+            out["valid_lengths"] = str(self.valid_lengths)
+        return out
 
 
 def check_batch(specs: list[TensorSpec], batch: int) -> None:

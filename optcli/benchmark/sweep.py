@@ -47,6 +47,10 @@ class BenchSettings:
     # concurrent calls batched, on `batching_sessions` sessions (the cores split between them).
     batching: dict[str, Any] | None = None
     batching_sessions: int = 1
+    # Realistic attention masks (optcli/benchmark/valid_lengths.py) and, on top, a padded batch run as
+    # sub-batches of similar length (optcli/length_buckets.py).
+    valid_lengths: str | None = None
+    length_buckets: bool = False
 
     def validate(self) -> None:
         if not self.batches or any(b < 1 for b in self.batches):
@@ -63,6 +67,10 @@ class BenchSettings:
             from optcli.batching import batching_options
 
             self.batching = batching_options(self.batching).to_json()  # fail before measuring
+        if self.valid_lengths is not None:
+            from optcli.benchmark.valid_lengths import parse_valid_lengths
+
+            parse_valid_lengths(self.valid_lengths)  # fail before measuring
         if self.budget_percentile not in PERCENTILES:
             raise UsageError(f"unknown budget percentile {self.budget_percentile!r}",
                              hint=f"use one of: {', '.join(PERCENTILES)}")
@@ -195,17 +203,27 @@ def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) ->
             "mean": round(stats.mean, 4), "runs": stats.runs, "timer": "cuda events"}
 
 
+def _bucketed(runner: Any, settings: BenchSettings) -> Any:
+    if not settings.length_buckets:
+        return runner
+    from optcli.length_buckets import BucketOptions, LengthBucketedRunner
+
+    return LengthBucketedRunner(runner, BucketOptions())
+
+
 def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: int,
                     extra: dict[str, Any]) -> list[SweepPoint]:
     """`conc` callers whose calls are batched (optcli/batching.py) onto `batching_sessions` sessions."""
     from optcli.batching import BatchedRunner, batching_options
 
     options = batching_options(settings.batching)
-    runner = BatchedRunner(open_artifact(resolved, concurrency=settings.batching_sessions, threads=settings.threads,
-                                         device=settings.device, **extra), options)
+    runner = BatchedRunner(_bucketed(open_artifact(resolved, concurrency=settings.batching_sessions,
+                                                   threads=settings.threads, device=settings.device, **extra),
+                                     settings), options)
     points = []
     try:
-        feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins)
+        feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins,
+                                             valid_lengths=settings.valid_lengths)
         for batch in sorted(set(settings.batches)):
             feeds = runner.normalize(feeds_source.batch(batch))
             before = runner.stats()
@@ -238,11 +256,13 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
         extra = dict(settings.runner_options)
         if settings.pins and resolved.format in for_format(resolved.format).shapeless:
             extra.setdefault("inputs", batch_free_pins(settings.pins))  # e.g. TorchScript records no shapes
-        runner = open_artifact(resolved, concurrency=conc, threads=settings.threads, device=settings.device, **extra)
+        runner = _bucketed(open_artifact(resolved, concurrency=conc, threads=settings.threads,
+                                         device=settings.device, **extra), settings)
         try:
             runtime = runner.backend
             runner_settings = dict(getattr(runner, "settings", {}) or {})  # per point: threads vary
-            feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins)
+            feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins,
+                                                 valid_lengths=settings.valid_lengths)
             inputs_json = feeds_source.to_json()
             for batch in sorted(set(settings.batches)):
                 check_batch(feeds_source.specs, batch)

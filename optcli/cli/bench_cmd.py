@@ -99,6 +99,11 @@ def _regression_table(reg: dict[str, Any]) -> Any:
                    "knobs; docs/serve.md).")
 @click.option("--batching-sessions", type=click.IntRange(1), default=1, show_default=True,
               help="Sessions the batched calls run on, side by side (the cores are split between them).")
+@click.option("--valid-lengths", metavar="short|uniform|full|MIN-MAX",
+              help="Random attention masks right-padded to lengths drawn from this distribution "
+                   "(docs/bench.md) [all valid].")
+@click.option("--length-buckets", is_flag=True,
+              help="Run each padded batch as sub-batches of similar length (optcli.load(..., length_buckets=True)).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--save-baseline", type=click.Path(path_type=Path), help="Save this result as a baseline file.")
 @click.option("--compare-baseline", type=click.Path(path_type=Path), help="Compare against a saved baseline.")

@@ -70,3 +70,37 @@ def test_answers_come_back_in_the_callers_row_order(tmp_path: Path) -> None:
 def test_a_model_without_a_mask_input_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no attention-mask input"):
         optcli.load(make_matmul_add_relu(tmp_path / "m.onnx"), length_buckets=True)
+
+
+def test_valid_lengths_right_pad_the_mask_and_zero_the_tokens_past_it() -> None:
+    from optcli.benchmark.valid_lengths import apply_valid_lengths, parse_valid_lengths
+
+    feeds = {"input_ids": np.full((64, 128), 7, np.int64), "attention_mask": np.ones((64, 128), np.int64),
+             "pixel": np.ones((64, 3), np.float32)}
+    for text, lo, hi in (("short", 5, 40), ("uniform", 16, 128), ("8-20", 8, 20), ("full", 128, 128)):
+        out = apply_valid_lengths(feeds, parse_valid_lengths(text), seed=1)
+        lengths = out["attention_mask"].sum(1)
+        assert lengths.min() >= lo and lengths.max() <= hi, text
+        assert (out["attention_mask"][np.arange(64), lengths - 1] == 1).all()
+        assert ((out["input_ids"] != 0) == (out["attention_mask"] == 1)).all()  # right padding, pad id 0
+        assert out["pixel"] is feeds["pixel"]
+    assert np.median(apply_valid_lengths(feeds, parse_valid_lengths("short"))["attention_mask"].sum(1)) < 20
+    for bad in ("long", "20-8", "0-4", "8"):
+        with pytest.raises(UsageError):
+            parse_valid_lengths(bad)
+
+
+def test_bench_with_valid_lengths_and_length_buckets(tmp_path: Path) -> None:
+    import json
+
+    from compile_testkit import run_main
+
+    model = _masked_sum(tmp_path / "m.onnx")
+    code, out, err = run_main("bench", str(model), "--batch", "8", "--valid-lengths", "1-8", "--length-buckets",
+                              "--runs", "3", "--min-seconds", "0", "--warmup", "0", "--warmup-seconds", "0", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["settings"]["valid_lengths"] == "1-8" and result["settings"]["length_buckets"] is True
+    assert result["inputs"]["valid_lengths"] == "1-8"
+    code, _, err = run_main("bench", str(model), "--valid-lengths", "long")
+    assert code == 2 and "error: --valid-lengths 'long'" in err
