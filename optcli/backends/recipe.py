@@ -174,6 +174,11 @@ def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:
     return [a for a in lineage if a.format == ONNX and a.precision == "fp32" and a.path.exists()]
 
 
+def has_float_onnx(lineage: list[Artifact]) -> bool:
+    """Whether the run made (or was given) an FP32 ONNX: not a PyTorch-only run (--backend inductor)."""
+    return bool(_float_onnx(lineage))
+
+
 def newest_float_onnx(lineage: list[Artifact]) -> Artifact:
     """The first FP32 ONNX of `lineage` (newest first) that still exists."""
     found = _float_onnx(lineage)

@@ -43,7 +43,7 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
         # user's own file shows through them, and hashing a large .pt2 again costs seconds
         "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
         "lineage": [a.sha256 for a in ctx.lineage if a.stage and a.path.is_file()], "quantize": q,
-        "first_float_onnx": ctx.first_float_onnx().sha256,  # with the unpad stage's rewrite, or without
+        "first_float_onnx": _first_float_sha(ctx),  # with the unpad stage's rewrite, or without
         "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
         "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
     if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
@@ -104,3 +104,10 @@ def store(cache_dir: Path, key: str, model: Path, build: dict[str, Any]) -> None
         _link(f, entry / f.name)
     record = {"key": key, "files": {f.name: sha256_file(entry / f.name) for f in files}, "build": build}
     write_text_atomic(entry / RECORD, json.dumps(record, indent=2, default=str))
+
+
+def _first_float_sha(ctx: Any) -> str | None:
+    """The graph OpenVINO's recipes start from (None where the run has no FP32 ONNX: a PyTorch-only run)."""
+    from optcli.backends.recipe import has_float_onnx
+
+    return ctx.first_float_onnx().sha256 if has_float_onnx(ctx.lineage) else None
