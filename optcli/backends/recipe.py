@@ -157,26 +157,20 @@ class RecipeContext:
 
     def first_float_onnx(self) -> Artifact:
         """The oldest FP32 ONNX of the run: the exporter's, or the user's own; with the unpad stage's
-        rewrite where that stage applied it there too (its folder's UNPADDED_SOURCE, proven by the
-        stage): the padded positions are not computed, whichever graph a candidate starts from."""
-        from optcli.artifact import Artifact
-        from optcli.unpad.options import UNPADDED_SOURCE
-
+        rewrite where that stage applied it (made and proven here, once per run, on first use: the
+        padded positions are not computed, whichever graph a candidate starts from)."""
         first = oldest_float_onnx(self.lineage)
-        for a in self.lineage:
-            twin = a.path.parent / UNPADDED_SOURCE
-            if a.stage == "unpad" and a.format == ONNX and twin.is_file():
-                return Artifact(twin, ONNX, "fp32", stage=a.stage, parent=first.sha256)
-        return first
+        unpad = next((a for a in self.lineage if a.stage == "unpad" and a.format == ONNX), None)
+        bucket = unpad.meta.get("unpad_bucket") if unpad is not None else None
+        if unpad is None or unpad.path == first.path or not isinstance(bucket, int) or not 1 <= bucket <= 4096:
+            return first
+        from optcli.unpad.apply import unpadded_twin
 
+        twin, _ = unpadded_twin(first, bucket, self.stage, self.workdir)
+        return twin or first
 
 def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:
     return [a for a in lineage if a.format == ONNX and a.precision == "fp32" and a.path.exists()]
-
-
-def has_float_onnx(lineage: list[Artifact]) -> bool:
-    """Whether the run made (or was given) an FP32 ONNX: not a PyTorch-only run (--backend inductor)."""
-    return bool(_float_onnx(lineage))
 
 
 def newest_float_onnx(lineage: list[Artifact]) -> Artifact:

@@ -80,9 +80,6 @@ class Backend:
                                                 # recipes plan with (PlanRequest.facts[name]); pure data after
     machine_facts: str | None = None            # "module:function" () -> dict build-cpu records about the CPU
     build_packages: tuple[str, ...] = ()        # other packages whose versions change what its recipes build
-    builds_from_first_onnx: bool = False        # its CPU recipes start from the exporter's graph, not the newest
-                                                # ONNX: a rewrite that changes what is computed (unpad) is
-                                                # re-applied there (RecipeContext.first_float_onnx)
     gpu_recipes: tuple[str, ...] = ()           # "module:attribute" what builds its artifacts on a GPU
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
     triton_platform: str | None = None          # Triton's name for it: platform (or backend) in config.pbtxt

@@ -43,7 +43,9 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
         # user's own file shows through them, and hashing a large .pt2 again costs seconds
         "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
         "lineage": [a.sha256 for a in ctx.lineage if a.stage and a.path.is_file()], "quantize": q,
-        "first_float_onnx": _first_float_sha(ctx),  # with the unpad stage's rewrite, or without
+        # OpenVINO's recipes start from the exporter's graph with the unpad rewrite where the stage applied
+        # it (a function of the lineage above); entries from before that rule are not reused
+        "first_float_onnx": "with the unpad rewrite (2026-11-24)",
         "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
         "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
     if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
@@ -105,9 +107,3 @@ def store(cache_dir: Path, key: str, model: Path, build: dict[str, Any]) -> None
     record = {"key": key, "files": {f.name: sha256_file(entry / f.name) for f in files}, "build": build}
     write_text_atomic(entry / RECORD, json.dumps(record, indent=2, default=str))
 
-
-def _first_float_sha(ctx: Any) -> str | None:
-    """The graph OpenVINO's recipes start from (None where the run has no FP32 ONNX: a PyTorch-only run)."""
-    from optcli.backends.recipe import has_float_onnx
-
-    return ctx.first_float_onnx().sha256 if has_float_onnx(ctx.lineage) else None

@@ -25,6 +25,7 @@ from typing import Any
 
 from optcli.accuracy import budget_used, check_tolerance
 from optcli.calibration.identity import data_identity
+from optcli.unpad.apply import UNPADDED_SOURCE
 from optcli.artifact import Artifact, onnx_external_files
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
@@ -186,6 +187,12 @@ class BuildCpuStage(Stage):
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
+        twins = self.ctx.facts.get("unpad_twins")
+        if twins:  # the unpad rewrite of the exporter's graph, made for the candidates that start from it
+            details["unpad_source"] = [{k: v for k, v in t.items() if k != "path"} for t in twins.values()]
+        leftover = workdir / UNPADDED_SOURCE
+        if leftover.exists() and not cfg.keep_candidates:
+            leftover.unlink()
         accuracy = dict(chosen.accuracy or {})
         accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)

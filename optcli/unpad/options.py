@@ -15,8 +15,6 @@ from typing import Any
 from optcli.errors import UsageError
 
 SECTION = "unpad"
-# Beside the stage's model.onnx: the same rewrite, proven, on the graph OpenVINO's candidates start from.
-UNPADDED_SOURCE = "source-unpadded.onnx"
 
 
 @dataclass

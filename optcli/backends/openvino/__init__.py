@@ -22,7 +22,6 @@ BACKEND = Backend(
     cpu_facts=f"{_HERE}.plan_facts:plan_facts",
     machine_facts=f"{_HERE}.plan_facts:machine_facts",
     build_packages=("nncf",),
-    builds_from_first_onnx=True,  # its frontend reads neither onnxruntime's fused ops nor needs the fusions
     triton_platform="openvino",
     triton=f"{_HERE}.triton:TRITON",
 )

@@ -1,0 +1,112 @@
+"""Rewrite a graph and prove the rewrite, as one step: what the unpad stage does to its input, and what
+build-cpu does on demand to the exporter's graph when an OpenVINO candidate starts from it (its
+frontend reads none of onnxruntime's fused ops, so it cannot take the stage's own output)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optcli.artifact import Artifact
+from optcli.backends.registry import ONNX
+from optcli.onnx_model import load_onnx, save_onnx
+from optcli.tensor_spec import TensorSpec, random_inputs
+
+# Beside build-cpu's candidates: the rewrite of the graph OpenVINO's candidates start from.
+UNPADDED_SOURCE = "source-unpadded.onnx"
+
+
+def padded_length(plan: Any, inputs: list[TensorSpec]) -> int:
+    if isinstance(plan.length, int):
+        return plan.length
+    spec = next(s for s in inputs if s.name == plan.mask)
+    return int(random_inputs([spec], 1, int_high={})[spec.name].shape[1])
+
+
+def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_high: dict[str, int], bucket: int,
+                      runs: Any, details: dict[str, Any],
+                      held_out: tuple[str, dict[str, np.ndarray]] | None = None) -> str | None:
+    """Rewrite `source` into `out` and prove it on right-padded random samples (and `held_out`: (label,
+    arrays)); fills `details`; returns the reason it does not apply (and leaves no `out`), or None."""
+    from optcli.unpad.graph import find_plan, rewrite
+    from optcli.unpad.verify import sequence_axes, synthetic_samples
+
+    model = load_onnx(source)
+    plan = find_plan(model, bucket)
+    if isinstance(plan, str):
+        return plan
+    length = padded_length(plan, inputs)
+    if length <= plan.bucket:
+        return f"the padded length {length} is within one bucket"
+    body = copy.deepcopy(model)
+    rewrite(body, plan, pad_outputs=False)
+    probe = out.parent / f"probe-{out.name}"
+    save_onnx(body, probe)
+    del body
+    feeds = synthetic_samples(inputs, plan.mask, plan.sequence_inputs, length, int_high, n=2,
+                              lengths=np.array([plan.bucket - 1, 1]))
+    axes = sequence_axes(source, probe, feeds, length, plan.bucket, runs)
+    runs.forget(probe)
+    probe.unlink()
+    if isinstance(axes, str):
+        return axes
+    plan.seq_axes = axes
+    changed = rewrite(model, plan)
+    save_onnx(model, out)
+    details.update(plan.to_json(), **changed)
+    reason = _prove(runs, source, out, plan, length, inputs, int_high, details, held_out)
+    runs.forget(out)
+    if reason:
+        out.unlink()
+    return reason
+
+
+def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, inputs: list[TensorSpec],
+           int_high: dict[str, int], details: dict[str, Any],
+           held_out: tuple[str, dict[str, np.ndarray]] | None) -> str | None:
+    from optcli.unpad.verify import MAX_DATA_SAMPLES, PROOF_BATCH, prove, right_padded, synthetic_samples
+
+    samples = [("random right-padded samples", synthetic_samples(
+        inputs, plan.mask, plan.sequence_inputs, length, int_high), PROOF_BATCH)]
+    if held_out is not None:
+        label, data = held_out
+        arrays = {k: v[:MAX_DATA_SAMPLES] for k, v in data.items()}
+        mask = np.asarray(arrays[plan.mask])
+        details["data_valid_length"] = length_figures(mask, length, plan.bucket)
+        if not right_padded(mask):
+            return f"the data ({label}) is not right-padded: padding must come last for the rewrite to skip it"
+        samples.append((f"the held-out data ({label})", arrays, PROOF_BATCH))
+    proof = prove(original, rewritten, samples, plan.mask, runs)
+    details["proof"] = proof["checks"]
+    return proof["reason"]
+
+
+def length_figures(mask: np.ndarray, length: int, bucket: int) -> dict[str, Any]:
+    """The data's valid lengths and the share of positions the rewrite computes at batch 1."""
+    valid = (mask != 0).sum(1)
+    extent = np.where((mask != 0).any(1), mask.shape[1] - np.argmax((mask != 0)[:, ::-1], axis=1), 1)
+    computed = np.minimum(-(-np.maximum(extent, 1) // bucket) * bucket, length)
+    return {"median": float(np.median(valid)), "min": int(valid.min()), "max": int(valid.max()),
+            "padded_length": length, "computed_share_batch1": round(float(computed.mean() / length), 4)}
+
+
+def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path) -> tuple[Artifact | None, dict[str, Any]]:
+    """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
+    once per run in `workdir` (`stage.facts` remembers it, or why not): (the artifact or None, facts)."""
+    from optcli.unpad.verify import GraphRuns
+
+    twins = stage.facts.setdefault("unpad_twins", {})
+    if first.sha256 not in twins:
+        out = workdir / UNPADDED_SOURCE
+        details: dict[str, Any] = {"graph": first.path.name}
+        with GraphRuns() as runs:
+            reason = rewrite_and_prove(first.path, out, inputs=stage.inputs, int_high=stage.int_high, bucket=bucket,
+                                       runs=runs, details=details)
+        twins[first.sha256] = {"applied": reason is None, **({"reason": reason} if reason else {}),
+                               "proof": details.get("proof"), "path": None if reason else str(out)}
+    facts = twins[first.sha256]
+    if not facts["applied"]:
+        return None, facts
+    return Artifact(Path(facts["path"]), ONNX, "fp32", stage="unpad", parent=first.sha256), facts
