@@ -27,6 +27,7 @@ import numpy as np
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, cpu_backends_without_onnx
+from optcli.backends.torch.attention import eager_attention, sdpa_model
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
@@ -143,9 +144,7 @@ class ExportStage(Stage):
         for exporter, seq in tries:
             label = f"{exporter} (dynamic sequence)" if seq else exporter
             try:
-                with _quiet():
-                    model = self._export_dynamo(torch, out, seq) if exporter == "dynamo" \
-                        else self._export_torchscript(torch, seq)
+                model, attention = self._export(torch, exporter, out, seq)
                 if cfg.static_batch:
                     first = self.ctx.inputs[0].shape[0]
                     _pin_batch(model, first if isinstance(first, int) else 1)
@@ -174,6 +173,8 @@ class ExportStage(Stage):
             details = {"exporter": exporter, "opset": opset, "opset_requested": cfg.opset,
                        "dynamic_batch": not cfg.static_batch,
                        "dynamic_sequence": seq.to_json() if seq else None, "verify": verify, "attempts": attempts}
+            if attention:
+                details["attention"] = attention
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
@@ -217,6 +218,24 @@ class ExportStage(Stage):
             raise StageError("TorchScript cannot be exported with torch.export")
         dims = tuple({0: torch.export.Dim.DYNAMIC} for _ in self.ctx.inputs)
         return torch.export.export(tm.module, self._example_args(torch, batch=2), dynamic_shapes=dims)
+
+    def _export(self, torch: Any, exporter: str, out: Path, seq: SequenceAxis | None) -> tuple[Any, str | None]:
+        """The ONNX model, and what was changed to export it: a transformers model whose SDPA attention the
+        dynamo exporter cannot decompose with a symbolic dim is exported once more with eager attention."""
+        try:
+            with _quiet():
+                if exporter == "torchscript":
+                    return self._export_torchscript(torch, seq), None
+                return self._export_dynamo(torch, out, seq), None
+        except Exception as exc:  # exporter internals raise anything
+            tm = self.ctx.torch_model
+            model = sdpa_model(tm.keyword_module, tm.module) if exporter == "dynamo" else None
+            if model is None:
+                raise
+            reason = _last_line(exc)
+        with eager_attention(model), _quiet():
+            onnx_model = self._export_dynamo(torch, out, seq)
+        return onnx_model, f"eager (the SDPA export failed: {reason})"
 
     def _export_dynamo(self, torch: Any, out: Path, seq: SequenceAxis | None) -> Any:
         prog = self._dynamo_program(torch, seq)
