@@ -15,7 +15,6 @@ import contextlib
 import io
 import logging
 import os
-import re
 import sys
 import tempfile
 import warnings
@@ -28,6 +27,7 @@ from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, cpu_backends_without_onnx
 from optcli.backends.torch.attention import eager_attention, sdpa_model
+from optcli.backends.torch.export_errors import last_line, source_of
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
@@ -81,25 +81,6 @@ def _native_output_silenced() -> Any:
             for fd, copy in ((1, saved[0]), (2, saved[1])):
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _last_line(exc: BaseException) -> str:
-    """The line that says what went wrong: the first line of the innermost exception in the chain
-    (the dynamo exporter wraps "No ONNX function found for aten.X" in two generic ConversionErrors)."""
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in chain and len(chain) < 8:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for e in reversed(chain):
-        lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
-        if lines:
-            prefix = f"{type(e).__name__}: " if e is not exc else ""
-            return (prefix + lines[0])[:240]
-    return type(exc).__name__
 
 
 @register
@@ -165,7 +146,8 @@ class ExportStage(Stage):
                 last = exc
                 continue
             except Exception as exc:  # exporter internals raise anything; we try the next one
-                attempts.append({"exporter": label, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
+                error = f"{type(exc).__name__}: {last_line(exc)}{source_of(exc)}"
+                attempts.append({"exporter": label, "error": error})
                 last = exc
                 continue
             # What the file holds: the exporters quietly pick another opset when they cannot convert.
@@ -204,7 +186,7 @@ class ExportStage(Stage):
             with _quiet():
                 torch.export.save(tm.exported_program or self._export_program(torch), str(out))
         except Exception as exc:  # torch.export raises anything
-            raise StageError(f"{message}; torch.export failed too: {_last_line(exc)}",
+            raise StageError(f"{message}; torch.export failed too: {last_line(exc)}",
                              hint="--debug prints the exporter's traceback") from last
         details = {"onnx": message, "attempts": attempts,
                    "without_onnx": f"saved the torch.export program: build-cpu builds only what needs no ONNX "
@@ -232,7 +214,7 @@ class ExportStage(Stage):
             model = sdpa_model(tm.keyword_module, tm.module) if exporter == "dynamo" else None
             if model is None:
                 raise
-            reason = _last_line(exc)
+            reason = f"{last_line(exc)}{source_of(exc)}"
         with eager_attention(model), _quiet():
             onnx_model = self._export_dynamo(torch, out, seq)
         return onnx_model, f"eager (the SDPA export failed: {reason})"
