@@ -72,10 +72,14 @@ class Pipeline:
         else:
             from optcli.onnx_model import int_bounds_onnx
 
-            inputs, _ = io_specs(load_onnx(source.path, load_weights=False))
+            from optcli.sequence_axis import fill_lengths, recorded_lengths
+
+            graph = load_onnx(source.path, load_weights=False)
+            inputs, _ = io_specs(graph)
             firsts = [s.shape[0] for s in inputs if s.shape]
             fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
+            inputs = fill_lengths(inputs, recorded_lengths(graph))  # a dynamic sequence: measured at one length
             # the user's ONNX: token ids must stay inside the embedding tables they index
             int_high = int_bounds_onnx(source.path) if source.format == ONNX else {}
         if not inputs:

@@ -62,8 +62,12 @@ def loaded_line(report: RunReport) -> str | None:
     if not loaded:
         return None
     inputs = ", ".join(f"{n}:{s}" for n, s in loaded.get("inputs", {}).items())
+    export = report.stage("export")
+    seq = (export.details or {}).get("dynamic_sequence") if export is not None else None
+    dynamic = "batch dynamic" if not seq else \
+        f"batch and sequence dynamic, sequence {seq.get('min')} to {seq.get('max') or 'any'}; a pin fixes it"
     return f"model: {loaded.get('architecture')} as {loaded.get('task')} (--task to change), inputs {inputs} " \
-           "(batch dynamic; --input NAME:SHAPE to resize)"
+           f"({dynamic}; --input NAME:SHAPE to resize)"
 
 
 def search_lines(details: dict[str, Any]) -> list[str]:

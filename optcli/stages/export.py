@@ -15,7 +15,6 @@ import contextlib
 import io
 import logging
 import os
-import re
 import sys
 import tempfile
 import warnings
@@ -27,11 +26,15 @@ import numpy as np
 from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, cpu_backends_without_onnx
+from optcli.backends.torch.attention import eager_attention, sdpa_model
+from optcli.backends.torch.export_errors import last_line, source_of
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
+from optcli.sequence_axis import (SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis,
+                                  with_length)
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
 
@@ -80,25 +83,6 @@ def _native_output_silenced() -> Any:
                 os.close(copy)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _last_line(exc: BaseException) -> str:
-    """The line that says what went wrong: the first line of the innermost exception in the chain
-    (the dynamo exporter wraps "No ONNX function found for aten.X" in two generic ConversionErrors)."""
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in chain and len(chain) < 8:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for e in reversed(chain):
-        lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
-        if lines:
-            prefix = f"{type(e).__name__}: " if e is not exc else ""
-            return (prefix + lines[0])[:240]
-    return type(exc).__name__
-
-
 @register
 class ExportStage(Stage):
     """PyTorch (.pt2, TorchScript, file.py:factory) -> ONNX."""
@@ -135,32 +119,44 @@ class ExportStage(Stage):
         out = workdir / "model.onnx"
         attempts: list[dict[str, Any]] = []
         last: Exception | None = None  # the last exporter's exception: --debug prints its traceback
-        for exporter in exporters:
+        axis = sequence_axis(self.ctx.inputs, self.ctx.config.inputs, tm.module, self.ctx.target)
+        # A dynamic sequence first; where an exporter cannot make one, the example's length (as before).
+        tries = [(e, a) for e in exporters for a in ([axis, None] if axis else [None])]
+        for exporter, seq in tries:
+            label = f"{exporter} (dynamic sequence)" if seq else exporter
             try:
-                with _quiet():
-                    model = self._export_dynamo(torch, out) if exporter == "dynamo" else self._export_torchscript(torch)
+                model, attention = self._export(torch, exporter, out, seq)
                 if cfg.static_batch:
                     first = self.ctx.inputs[0].shape[0]
                     _pin_batch(model, first if isinstance(first, int) else 1)
                 elif not has_symbolic_batch(model):
-                    attempts.append({"exporter": exporter, "error": "batch dim was specialised to a fixed size"})
+                    attempts.append({"exporter": label, "error": "batch dim was specialised to a fixed size"})
                     continue
                 else:
-                    _name_batch_dim(model)
+                    _name_dim(model, 0, [s.name for s in self.ctx.inputs], "batch")
+                if seq and not _name_sequence_dims(model, seq):
+                    attempts.append({"exporter": label, "error": "sequence dim was specialised to a fixed size"})
+                    continue
+                if seq:
+                    record_lengths(model, example_lengths(self.ctx.inputs, seq))
                 external = save_onnx(model, out)
-                verify = self._verify(out, torch, static=cfg.static_batch)
+                verify = self._verify(out, torch, static=cfg.static_batch, seq=seq)
             except StageError as exc:
-                attempts.append({"exporter": exporter, "error": exc.message})
+                attempts.append({"exporter": label, "error": exc.message})
                 last = exc
                 continue
             except Exception as exc:  # exporter internals raise anything; we try the next one
-                attempts.append({"exporter": exporter, "error": f"{type(exc).__name__}: {_last_line(exc)}"})
+                error = f"{type(exc).__name__}: {last_line(exc)}{source_of(exc)}"
+                attempts.append({"exporter": label, "error": error})
                 last = exc
                 continue
             # What the file holds: the exporters quietly pick another opset when they cannot convert.
             opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
             details = {"exporter": exporter, "opset": opset, "opset_requested": cfg.opset,
-                       "dynamic_batch": not cfg.static_batch, "verify": verify, "attempts": attempts}
+                       "dynamic_batch": not cfg.static_batch,
+                       "dynamic_sequence": seq.to_json() if seq else None, "verify": verify, "attempts": attempts}
+            if attention:
+                details["attention"] = attention
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
@@ -190,7 +186,7 @@ class ExportStage(Stage):
             with _quiet():
                 torch.export.save(tm.exported_program or self._export_program(torch), str(out))
         except Exception as exc:  # torch.export raises anything
-            raise StageError(f"{message}; torch.export failed too: {_last_line(exc)}",
+            raise StageError(f"{message}; torch.export failed too: {last_line(exc)}",
                              hint="--debug prints the exporter's traceback") from last
         details = {"onnx": message, "attempts": attempts,
                    "without_onnx": f"saved the torch.export program: build-cpu builds only what needs no ONNX "
@@ -205,8 +201,26 @@ class ExportStage(Stage):
         dims = tuple({0: torch.export.Dim.DYNAMIC} for _ in self.ctx.inputs)
         return torch.export.export(tm.module, self._example_args(torch, batch=2), dynamic_shapes=dims)
 
-    def _export_dynamo(self, torch: Any, out: Path) -> Any:
-        prog = self._dynamo_program(torch)
+    def _export(self, torch: Any, exporter: str, out: Path, seq: SequenceAxis | None) -> tuple[Any, str | None]:
+        """The ONNX model, and what was changed to export it: a transformers model whose SDPA attention the
+        dynamo exporter cannot decompose with a symbolic dim is exported once more with eager attention."""
+        try:
+            with _quiet():
+                if exporter == "torchscript":
+                    return self._export_torchscript(torch, seq), None
+                return self._export_dynamo(torch, out, seq), None
+        except Exception as exc:  # exporter internals raise anything
+            tm = self.ctx.torch_model
+            model = sdpa_model(tm.keyword_module, tm.module) if exporter == "dynamo" else None
+            if model is None:
+                raise
+            reason = f"{last_line(exc)}{source_of(exc)}"
+        with eager_attention(model), _quiet():
+            onnx_model = self._export_dynamo(torch, out, seq)
+        return onnx_model, f"eager (the SDPA export failed: {reason})"
+
+    def _export_dynamo(self, torch: Any, out: Path, seq: SequenceAxis | None) -> Any:
+        prog = self._dynamo_program(torch, seq)
         if not near_protobuf_limit(_initializer_bytes(prog)):
             return prog.model_proto
         # A large model goes to disk straight from the exporter's tensors: model_proto would hold a
@@ -215,7 +229,7 @@ class ExportStage(Stage):
         del prog
         return load_onnx(out, load_weights=False)
 
-    def _dynamo_program(self, torch: Any) -> Any:
+    def _dynamo_program(self, torch: Any, seq: SequenceAxis | None) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
         if tm.exported_program is not None:
@@ -224,8 +238,10 @@ class ExportStage(Stage):
         else:
             # batch >= 2: a batch of 1 gets specialised; a static batch exports at its own size.
             args = self._example_args(torch, batch=None if cfg.static_batch else 2)
-            dyn = None if cfg.static_batch else {s.name: {0: torch.export.Dim.DYNAMIC} for s in self.ctx.inputs}
             names = [s.name for s in self.ctx.inputs]
+            dyn = None if cfg.static_batch else {n: {0: torch.export.Dim.DYNAMIC} for n in names}
+            if seq is not None:
+                dyn = seq.dynamic_shapes(torch, names, batch_dynamic=not cfg.static_batch)
             if tm.keyword_module is not None:  # inputs by keyword: trace the user's module itself
                 constants = getattr(tm.module, "constants", {})
                 kwargs = {**dict(zip(names, args)), **constants}
@@ -238,7 +254,7 @@ class ExportStage(Stage):
                                          dynamic_shapes=dyn, input_names=names, external_data=False)
         return prog
 
-    def _export_torchscript(self, torch: Any) -> Any:
+    def _export_torchscript(self, torch: Any, seq: SequenceAxis | None) -> Any:
         tm = self.ctx.torch_model
         cfg = self.ctx.config.export
         args = self._example_args(torch, batch=None if cfg.static_batch else 2)
@@ -248,26 +264,36 @@ class ExportStage(Stage):
             n_out = len(flatten_outputs(module(*args)))
         names_in = [s.name for s in self.ctx.inputs]
         names_out = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
-        dynamic_axes = None if cfg.static_batch else {n: {0: "batch"} for n in names_in + names_out}
+        dynamic_axes = {} if cfg.static_batch else {n: {0: "batch"} for n in names_in + names_out}
+        for name, group in (seq.inputs if seq else {}).items():
+            dynamic_axes[name] = {**dynamic_axes.get(name, {}), 1: group}
         buf = io.BytesIO()
         torch.onnx.export(module, args, buf, dynamo=False, opset_version=min(cfg.opset, 20),
-                          input_names=names_in, output_names=names_out, dynamic_axes=dynamic_axes,
+                          input_names=names_in, output_names=names_out, dynamic_axes=dynamic_axes or None,
                           do_constant_folding=True)
         import onnx
 
         return onnx.load_from_string(buf.getvalue())
 
-    def _verify(self, path: Path, torch: Any, static: bool) -> dict[str, Any]:
-        """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static)."""
+    def _verify(self, path: Path, torch: Any, static: bool, seq: SequenceAxis | None) -> dict[str, Any]:
+        """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static);
+        with a dynamic sequence, the second run at another length."""
         from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
         tm = self.ctx.torch_model
         results: dict[str, Any] = {}
         runner = OnnxRuntimeRunner(path, optimization="disabled", threads=1)
         try:
-            batches = [None] if static else [1, 2]
-            for batch in batches:
-                feeds = random_inputs(self.ctx.inputs, batch, seed=7, int_high=tm.int_high)
+            runs = [(None, self.ctx.inputs)] if static else [(1, self.ctx.inputs), (2, self.ctx.inputs)]
+            if seq is not None:
+                lengths = example_lengths(self.ctx.inputs, seq)
+                others = {g: other_length(n, seq.limit) for g, n in lengths.items()}
+                runs[-1] = (runs[-1][0], with_length(self.ctx.inputs, seq, others))
+                if static:
+                    runs.insert(0, (None, self.ctx.inputs))
+            for batch, specs in runs:
+                label = f"batch{batch or 'static'}" + _length_label(specs, seq)
+                feeds = random_inputs(specs, batch, seed=7, int_high=tm.int_high)
                 with torch.inference_mode():
                     from optcli.backends.torch.runner import flatten_outputs
                     ref = [t.detach().numpy() for t in flatten_outputs(
@@ -277,9 +303,9 @@ class ExportStage(Stage):
                     raise StageError(f"the ONNX has {len(got)} outputs, PyTorch gives {len(ref)}")
                 acc = compare_outputs(ref, got, [o.name for o in runner.outputs])
                 scale = max(float(np.abs(r).max()) for r in ref) or 1.0
-                results[f"batch{batch or 'static'}"] = {"max_abs_err": acc["max_abs_err"], "cosine_min": acc["cosine_min"]}
+                results[label] = {"max_abs_err": acc["max_abs_err"], "cosine_min": acc["cosine_min"]}
                 if acc["cosine_min"] < VERIFY_COSINE or acc["max_abs_err"] > VERIFY_MAX_ABS_REL * scale:
-                    raise StageError(f"ONNX outputs differ from PyTorch at batch {batch}: max abs err "
+                    raise StageError(f"ONNX outputs differ from PyTorch at {label}: max abs err "
                                      f"{acc['max_abs_err']:.3g}, cosine {acc['cosine_min']:.6f}")
         finally:
             runner.close()
@@ -300,14 +326,35 @@ def _pin_batch(model: Any, batch: int) -> None:
             dims[0].dim_value = batch
 
 
-def _name_batch_dim(model: Any) -> None:
-    """Call the inputs' shared symbolic dim 0 `batch` everywhere (torch names it s77 or similar)."""
-    symbols = {vi.type.tensor_type.shape.dim[0].dim_param for vi in model.graph.input
-               if vi.type.tensor_type.shape.dim and vi.type.tensor_type.shape.dim[0].dim_param}
-    if len(symbols) != 1 or symbols == {"batch"}:
-        return  # several independent batch symbols: renaming would merge them
+def _name_dim(model: Any, axis: int, inputs: list[str], name: str) -> bool:
+    """Call the symbol at `axis` of `inputs` `name` everywhere in the graph (torch names it s77 or
+    similar); False where those inputs do not share one symbol there (renaming would merge several)."""
+    wanted = set(inputs)
+    symbols = set()
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name in wanted:
+            symbols.add(dims[axis].dim_param if len(dims) > axis else "")
+    if len(symbols) != 1 or "" in symbols:
+        return False
     old = symbols.pop()
     for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param == old:
-                d.dim_param = "batch"
+                d.dim_param = name
+    return True
+
+
+def _name_sequence_dims(model: Any, seq: SequenceAxis) -> bool:
+    """Name each group's symbolic dim 1 after the group; False where the exporter made it fixed."""
+    groups: dict[str, list[str]] = {}
+    for name, group in seq.inputs.items():
+        groups.setdefault(group, []).append(name)
+    return all(_name_dim(model, 1, names, group) for group, names in groups.items())
+
+
+def _length_label(specs: list[Any], seq: SequenceAxis | None) -> str:
+    """`_seq12` (`_seq12x6` with a decoder sequence) for the verify table, '' without a dynamic sequence."""
+    if seq is None:
+        return ""
+    return "_seq" + "x".join(str(n) for n in example_lengths(specs, seq).values())
