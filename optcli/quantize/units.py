@@ -71,15 +71,22 @@ def _feeders(node: Any, producer: dict[str, Any], quantized: tuple[str, ...]) ->
 
 
 def _shapes(model: Any) -> dict[str, list[int]]:
-    """Static shapes of every tensor at batch 1 (symbolic dims taken as 1)."""
+    """Static shapes of every tensor at batch 1. A symbolic sequence dim takes the length the export
+    recorded (else DEFAULT_LENGTH): at length 1 a text model's attention and its projections would
+    weigh nothing, and FLOP shares would rank units wrongly. Other symbolic dims are taken as 1."""
     import onnx
 
+    from optcli.sequence_axis import DEFAULT_LENGTH, GROUPS, recorded_lengths
+
+    recorded = recorded_lengths(model)
+    lengths = {g: recorded.get(g, DEFAULT_LENGTH) for g in set(GROUPS.values())}
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for vi in m.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
+        for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if not d.HasField("dim_value"):
-                d.dim_value = 1
+                text_dim = i == 1 and vi.name in GROUPS
+                d.dim_value = lengths.get(d.dim_param) or (lengths[GROUPS[vi.name]] if text_dim else 1)
     try:
         m = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # shape inference can fail on custom ops: FLOPs are then partial, not wrong

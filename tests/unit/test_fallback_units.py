@@ -136,3 +136,33 @@ def test_seven_bit_weights_only_for_u8_activations_where_kernels_saturate(monkey
     flags = open("/proc/cpuinfo").read().split() if __import__("os").path.exists("/proc/cpuinfo") else []
     if flags and __import__("platform").machine() == "x86_64":
         assert flavour.u8s8_saturates() is not bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
+
+
+def _text_graph(dim: str) -> onnx.ModelProto:
+    """input_ids [batch, dim] -> Gather (embedding, 8 wide) -> MatMul 8x8 -> MatMul with its own transpose
+    (attention scores: S x S, so its FLOPs grow with the square of the length)."""
+    emb = numpy_helper.from_array(np.zeros((100, 8), np.float32), "emb")
+    w = numpy_helper.from_array(np.zeros((8, 8), np.float32), "w")
+    nodes = [_node("Gather", ["emb", "input_ids"], ["h"], "gather"), _node("MatMul", ["h", "w"], ["q"], "proj"),
+             _node("Transpose", ["q"], ["qt"], "t", perm=[0, 2, 1]), _node("MatMul", ["q", "qt"], ["s"], "scores")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", dim])],
+                          [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)], [emb, w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("recorded", [None, 16, 64])
+def test_flops_of_a_dynamic_sequence_are_taken_at_its_recorded_length(tmp_path: Path, recorded: int | None) -> None:
+    """A symbolic sequence dim taken as 1 made every projection outweigh attention and dropped units
+    under the FLOP-share floor (CI, BERT after the dynamic sequence axis landed)."""
+    from optcli.quantize.units import node_flops
+    from optcli.sequence_axis import DEFAULT_LENGTH, record_lengths
+
+    model = _text_graph("sequence")
+    if recorded:
+        record_lengths(model, {"sequence": recorded})
+    length = recorded or DEFAULT_LENGTH
+    flops = node_flops(model)
+    assert flops["proj"] == 2.0 * length * 8 * 8
+    assert flops["scores"] == 2.0 * length * length * 8
+    # an anonymous symbolic dim on a text input is a sequence too; the batch stays 1
+    assert node_flops(_text_graph("s_0")) == node_flops(_text_graph("sequence"))
