@@ -6,6 +6,7 @@ not pass the histogram bin count through: its entropy method then gives the minm
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -79,6 +80,25 @@ def _discard(path: Path) -> None:
     _check_path(path).unlink(missing_ok=True)
 
 
+_CALIBRATERS = {"minmax": "MinMaxCalibrater", "entropy": "EntropyCalibrater", "percentile": "PercentileCalibrater"}
+
+
+def _calibrator(calibrate: Any, method: str, model_path: Path, op_types: tuple[str, ...], augmented: Path,
+                extra: dict[str, Any]) -> Any:
+    """onnxruntime's create_calibrator, with the loaded model dropped before the session opens: saving
+    the augmented graph moves its weights to external data, but the protobuf's memory stays allocated
+    until the message goes, so the session would load a second copy beside it (a 2 GB model peaked at
+    3.2x its size here, issue 15)."""
+    calibrator = getattr(calibrate, _CALIBRATERS[method])(
+        str(model_path), list(op_types), str(augmented), use_external_data_format=is_large(model_path), **extra)
+    calibrator.augment_graph()
+    calibrator.model = None  # compute_data needs only the names the constructor kept
+    gc.collect()
+    calibrator.execution_providers = ["CPUExecutionProvider"]
+    calibrator.create_inference_session()
+    return calibrator
+
+
 def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method: str, symmetric: bool,
                    op_types: tuple[str, ...], cache_dir: Path, force: bool = False) -> tuple[Path, dict[str, Any]]:
     """Return (path of a tensors-range JSON usable as quantize_static's calibration_cache_path, info).
@@ -86,7 +106,6 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
     discarded and rebuilt; `force` never reads the cache."""
     if method not in METHODS:
         raise UsageError(f"unknown calibration method {method!r}", hint=f"use one of: {', '.join(METHODS)}")
-    q = require("onnxruntime.quantization", "INT8 calibration")
     calibrate = require("onnxruntime.quantization.calibrate", "INT8 calibration")
     key = cache_key(model_sha, samples, method, symmetric, op_types)
     path = cache_dir / f"ranges-{method}-{key}.json"
@@ -97,8 +116,6 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
     if problem not in ("no entry", "--force"):
         info["cache_rejected"] = problem
     _discard(path)
-    ort_method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
-                  "percentile": q.CalibrationMethod.Percentile}[method]
     extra: dict[str, Any] = {"symmetric": symmetric}
     if method == "entropy":
         extra.update(num_bins=NUM_BINS, num_quantized_bins=128)
@@ -108,9 +125,7 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="optcli-calib-") as tmp, contextlib.redirect_stdout(io.StringIO()):
         try:
-            calibrator = q.create_calibrator(model_path, list(op_types), augmented_model_path=str(Path(tmp) / "aug.onnx"),
-                                             calibrate_method=ort_method, use_external_data_format=is_large(model_path), providers=["CPUExecutionProvider"],
-                                             extra_options=extra)
+            calibrator = _calibrator(calibrate, method, model_path, op_types, Path(tmp) / "aug.onnx", extra)
             calibrator.collect_data(_Reader(samples))
             ranges = calibrator.compute_data()
         except Exception as exc:

@@ -66,18 +66,18 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
 def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, inputs: list[TensorSpec],
            int_high: dict[str, int], details: dict[str, Any],
            held_out: tuple[str, dict[str, np.ndarray]] | None) -> str | None:
-    from optcli.unpad.verify import MAX_DATA_SAMPLES, PROOF_BATCH, prove, right_padded, synthetic_samples
+    from optcli.unpad.verify import PROOF_BATCH, prove, right_padded, spanning_rows, synthetic_samples
 
     samples = [("random right-padded samples", synthetic_samples(
         inputs, plan.mask, plan.sequence_inputs, length, int_high), PROOF_BATCH)]
     if held_out is not None:
         label, data = held_out
-        arrays = {k: v[:MAX_DATA_SAMPLES] for k, v in data.items()}
-        mask = np.asarray(arrays[plan.mask])
+        mask = np.asarray(data[plan.mask])
         details["data_valid_length"] = length_figures(mask, length, plan.bucket)
         if not right_padded(mask):
             return f"the data ({label}) is not right-padded: padding must come last for the rewrite to skip it"
-        samples.append((f"the held-out data ({label})", arrays, PROOF_BATCH))
+        rows = spanning_rows(mask)
+        samples.append((f"the held-out data ({label})", {k: np.asarray(v)[rows] for k, v in data.items()}, PROOF_BATCH))
     proof = prove(original, rewritten, samples, plan.mask, runs)
     details["proof"] = proof["checks"]
     return proof["reason"]

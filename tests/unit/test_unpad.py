@@ -19,7 +19,7 @@ from optcli.stages.base import StageContext
 from optcli.stages.unpad import UnpadStage
 from optcli.unpad.graph import find_plan, rewrite
 from optcli.unpad.options import unpad_config
-from optcli.unpad.verify import right_padded, sequence_axes, synthetic_samples
+from optcli.unpad.verify import MAX_DATA_SAMPLES, right_padded, sequence_axes, spanning_rows, synthetic_samples
 
 ort = pytest.importorskip("onnxruntime")
 S, H, V = 32, 8, 50
@@ -206,6 +206,29 @@ def test_stage_reports_the_data_lengths_it_proved_on(tiny: Path, tmp_path: Path)
     assert d["applied"] and d["data_valid_length"] == {"median": 7.0, "min": 2, "max": 12, "padded_length": 32,
                                                        "computed_share_batch1": 0.375}
     assert d["proof"][1]["data"].startswith("the held-out data")
+
+
+def test_the_proof_spans_the_held_out_lengths_with_a_bounded_sample(tiny: Path, tmp_path: Path) -> None:
+    """The proof costs two runs per sample at the padded length: held-out rows are chosen to cover the
+    shortest, the longest and ranks between, not the first N (issue 16: 31 s of a BERT-base compile)."""
+    lengths = [3] * 40 + list(range(4, 31))  # many short rows first, the long ones after row 40
+    data = tmp_path / "eval"
+    data.mkdir()
+    np.savez(data / "part-000.npz", **right_padded_feeds(lengths))
+    d = run_stage(*stage_for(tiny, tmp_path, eval=data), tmp_path).details
+    held = d["proof"][1]
+    assert d["applied"] and held["samples"] == MAX_DATA_SAMPLES
+    assert held["mean_valid_length"] > 6  # the first 16 rows are all 3 long: a mean of 3
+    assert d["data_valid_length"]["max"] == 30  # figures from every row
+
+
+def test_spanning_rows_keep_the_extremes_and_the_order() -> None:
+    mask = (np.arange(10)[None, :] < np.array([5, 1, 9, 3, 7, 2, 8, 4, 6, 10])[:, None]).astype(np.int64)
+    rows = spanning_rows(mask, 4)
+    assert rows.tolist() == sorted(rows.tolist()) and len(rows) == 4
+    lengths = mask.sum(1)[rows]
+    assert lengths.min() == 1 and lengths.max() == 10
+    assert spanning_rows(mask, 20).tolist() == list(range(10))
 
 
 def test_right_padded_and_sequence_mask() -> None:
