@@ -80,6 +80,9 @@ class Backend:
                                                 # recipes plan with (PlanRequest.facts[name]); pure data after
     machine_facts: str | None = None            # "module:function" () -> dict build-cpu records about the CPU
     build_packages: tuple[str, ...] = ()        # other packages whose versions change what its recipes build
+    heavy_builds: bool = False                  # its CPU builds hold whole extra copies of the weights (a
+                                                # converted model, a compiled one): the fast search skips them
+                                                # on models over 2 GB (optcli/cpu/search_run.py)
     gpu_recipes: tuple[str, ...] = ()           # "module:attribute" what builds its artifacts on a GPU
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
     triton_platform: str | None = None          # Triton's name for it: platform (or backend) in config.pbtxt

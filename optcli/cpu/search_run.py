@@ -37,16 +37,40 @@ def attempt(cand: Candidate, work: Callable[[], Any]) -> bool:
     return False
 
 
+# Over protobuf's limit the weights dominate memory: a build that holds another copy of them pushes
+# the compile past 3x the model's size (issue 15's bar). Measured on a 2.15 GB MLP: OpenVINO's and
+# NNCF's candidates peaked at 8.3 GB (3.9x), took 137 s, and lost to onnxruntime's Q/DQ
+# (docs/benchmarks/large-model.md).
+HEAVY_BUILD_BYTES = 2**31
+
+
+def skip_heavy_builds(cands: list[Candidate], search: str, weight_bytes: int) -> None:
+    """In the fast search, on a model over HEAVY_BUILD_BYTES, mark the candidates of heavy-build
+    backends not built, where another candidate remains to run the model."""
+    from optcli.backends import registry
+
+    if search != "fast" or weight_bytes < HEAVY_BUILD_BYTES:
+        return
+    heavy = [c for c in cands if not c.skip and registry.get(c.backend).heavy_builds]
+    if len(heavy) == sum(not c.skip for c in cands):
+        return  # nothing else would run the model: build them, the memory is the price
+    for c in heavy:
+        c.skip = (f"not built (fast search): the model's weights are {weight_bytes / 1e9:.1f} GB and "
+                  f"{registry.get(c.backend).label}'s builds hold more copies of them (over 3x the model in "
+                  "memory); --search thorough builds it")
+
+
 def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], None],
                       check: Callable[[Candidate], None], open_runner: Callable[[Candidate], Any],
                       arrays: dict[str, Any], batch: int, cfg: CpuConfig, feats: Features,
                       deadline: float | None,
                       budget_used: Callable[[Candidate], float | None] | None = None,
-                      ) -> tuple[SearchResult, dict[str, Any]]:
+                      weight_bytes: int = 0) -> tuple[SearchResult, dict[str, Any]]:
     """Build (`build` fills cand.path), check (`check` fills cand.accuracy and cand.failure) and measure
     the candidates not skipped, fast or thorough per `cfg.search`. Returns (result, measurement facts)."""
     from optcli.cpu.measure import time_block
 
+    skip_heavy_builds(cands, cfg.search, weight_bytes)
     todo = {c.name: c for c in cands if not c.skip}
     runners: dict[str, Any] = {}
     feeds: dict[str, Any] = {}

@@ -243,7 +243,7 @@ class BuildCpuStage(Stage):
             cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
             deadline=self.ctx.facts.get("deadline"),
-            budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1))
+            budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1), weight_bytes=weights)
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing
 
