@@ -154,7 +154,7 @@ class Pipeline:
         if ctx.torch_model is not None:
             # Measure PyTorch eager before export runs: the exporter leaves global state behind.
             self.emit("phase", {"text": "measuring PyTorch eager"})
-            self.measure.latency(ctx, artifact)
+            self.measure.latency(ctx, artifact, full=True)  # the final's baseline: export's row reuses it
         for index, (stage, record) in enumerate(zip(stages, report.stages), 1):
             self._current = record
             self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})

@@ -1,0 +1,54 @@
+"""The stage table's before/after latencies are short measurements; the final artifact and its
+baseline get the whole [bench] budget (issue 16: stage rows were 43 s of a BERT-base compile)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.artifact import Artifact
+from optcli.backends.torch.loader import ModelSource
+from optcli.config import CompileConfig
+from optcli.onnx_model import io_specs, load_onnx
+from optcli.stage_measure import STAGE_MAX_SECONDS, STAGE_WARMUP_RUNS, Measurements
+from optcli.stages.base import StageContext
+
+
+def _model(path: Path) -> Path:
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_stage_rows_are_short_and_a_full_measurement_answers_them_too(tmp_path: Path, monkeypatch) -> None:
+    import optcli.stage_measure as sm
+
+    budgets: list[dict] = []
+    real = sm.time_calls
+
+    def recording(fn, **kw):  # the real timing, with the budget it was given on record
+        budgets.append(kw)
+        return real(fn, **kw)
+
+    monkeypatch.setattr(sm, "time_calls", recording)
+    path = _model(tmp_path / "m.onnx")
+    config = CompileConfig(model=str(path), out=tmp_path)
+    config.bench.runs, config.bench.min_seconds, config.bench.max_seconds = 400, 0.2, 10.0
+    ctx = StageContext(config=config, source=ModelSource(str(path), path, "onnx"), inputs=io_specs(load_onnx(path))[0],
+                       target="cpu", out_dir=tmp_path)
+    m = Measurements(config)
+    art = Artifact(path, "onnx", stage="simplify")
+    row = m.latency(ctx, art, "all")
+    assert row is not None and budgets[-1]["max_seconds"] == STAGE_MAX_SECONDS
+    assert budgets[-1]["warmup_runs"] == STAGE_WARMUP_RUNS < config.bench.warmup_runs
+    full = m.latency(ctx, art, "all", full=True)
+    assert full is not row and budgets[-1]["max_seconds"] == 10.0 and budgets[-1]["warmup_runs"] == config.bench.warmup_runs
+    assert len(budgets) == 2
+    assert m.latency(ctx, art, "all") is full  # a later stage row of the same artifact reuses the full one
+    assert m.latency(ctx, art, "all", full=True) is full and len(budgets) == 2
+    assert m.latency(ctx, art, "disabled") is not full and len(budgets) == 3  # another setting: measured
