@@ -91,3 +91,31 @@ def test_external_data_outside_the_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="outside the model's folder"):
         onnx_model.external_data_files(path)
     assert sha256_file(path)  # identity still works: it covers the graph alone
+
+
+@pytest.mark.slow
+def test_fp16_with_external_data_and_its_triton_repository(small_limit: None, tmp_path: Path) -> None:
+    """FP16 keeps the weights external too, and export-triton carries the data file beside the graph
+    (a repository whose model.onnx points at a file it does not hold loads nowhere)."""
+    (tmp_path / "mlp.py").write_text(FACTORY)
+    out = tmp_path / "out"
+    report = optcli.compile(f"{tmp_path / 'mlp.py'}:make", out=out, fp16=True, bench=False, backend="onnxruntime")
+    assert report.status == "ok", report.error
+    final = out / report.final["artifact"]
+    assert onnx_model.external_data_files(final), "the FP16 artifact wrote its weights inside the graph"
+    x = np.random.default_rng(5).standard_normal((3, 128)).astype(np.float32)
+    with optcli.load(out) as model:
+        want = next(iter(model.predict({"input": x}).values()))
+    optcli.export_triton(out / "report.json", tmp_path / "repo", name="mlp")
+    folder = tmp_path / "repo" / "mlp" / "1" / "model.onnx"  # Triton's layout for a multi-file ONNX
+    assert folder.is_dir()
+    graph = folder / "model.onnx"
+    files = onnx_model.external_data_files(graph)
+    assert files and all((folder / f).is_file() for f in files)
+    for path in (graph, folder):  # the repository's copy runs on its own; its folder opens as the graph
+        with optcli.load(path) as served:
+            got = next(iter(served.predict({"input": x}).values()))
+        np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    with pytest.raises(UsageError, match="is a folder, not an ONNX file") as err:
+        onnx_model.load_onnx(folder)
+    assert str(graph) in err.value.hint
