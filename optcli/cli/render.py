@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from optcli.report import STAGE_COLUMNS, RunReport, stage_rows
@@ -44,6 +45,9 @@ class Progress:
             self.status = None
 
 
+_STATUS_WIDTH = 48
+
+
 def report_table(report: RunReport) -> Table:
     table = Table(title=f"optcli: {report.model['path']} ({report.status})", title_justify="left")
     for col in STAGE_COLUMNS:
@@ -51,7 +55,10 @@ def report_table(report: RunReport) -> Table:
                          overflow="fold")
     for row in stage_rows(report):
         status = row[1].split(":")[0]
-        row[1] = f"[{_STATUS_STYLE.get(status, '')}]{row[1]}[/]"
+        # A skip reason can run to a paragraph (build-cpu lists every candidate): the stage lines above
+        # and report.md carry it whole; here it would fold into dozens of lines.
+        text = row[1] if len(row[1]) <= _STATUS_WIDTH else row[1][:_STATUS_WIDTH - 1].rstrip() + "…"
+        row[1] = f"[{_STATUS_STYLE.get(status, '')}]{escape(text)}[/]"
         table.add_row(*row)
     return table
 
