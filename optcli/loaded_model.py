@@ -97,8 +97,10 @@ def resolve_artifact(path: str | Path) -> ResolvedArtifact:
         found = for_folder(p)  # e.g. a TensorRT engine cache entry
         if found is not None:
             return _from_file(found[1])
-        if p.suffix == ".onnx" and (p / "model.onnx").is_file():
-            return _from_file(p / "model.onnx")  # Triton's model.onnx/ folder: a graph and its external weights
+        from optcli.backends.registry import is_onnx_file
+
+        if is_onnx_file(p) and (p / p.name).is_file():
+            return _from_file(p / p.name)  # Triton's model.onnx/ folder: a graph and its external weights
         raise UsageError(f"{p} is a folder without a report.json", hint=_HINT)
     if p.stat().st_size == 0:
         raise UsageError(f"{p} is empty", hint="re-create it; the file has no bytes")
