@@ -22,8 +22,8 @@ def load_onnx(path: Path, load_weights: bool = True) -> Any:
     """onnx.load with a one-line UsageError for empty, truncated or non-ONNX files."""
     import onnx
 
-    if path.is_dir():  # Triton's layout for an ONNX with external weights: model.onnx/ holds the graph
-        inner = path / "model.onnx"
+    if path.is_dir():  # Triton's layout for an ONNX with external weights: model.onnx/ holds model.onnx
+        inner = path / path.name
         raise UsageError(f"{path} is a folder, not an ONNX file",
                          hint=f"give the graph inside it: {inner}" if inner.is_file() else "give the .onnx file")
     if path.stat().st_size == 0:

@@ -136,12 +136,20 @@ def recorded_lengths(model: Any) -> dict[str, int]:
             and MIN_LENGTH <= n <= _MAX_RECORDED}
 
 
+def symbolic_length(name: str, axis: int, symbol: str, recorded: dict[str, int]) -> int | None:
+    """The length a symbolic dim stands for: one named after a group (optcli's exports name them so),
+    or dim 1 of a text input; the group's recorded length, else DEFAULT_LENGTH. None: not a sequence."""
+    group = symbol if symbol in GROUPS.values() else GROUPS.get(name) if axis == 1 else None
+    return recorded.get(group, DEFAULT_LENGTH) if group else None
+
+
 def fill_lengths(specs: list[TensorSpec], recorded: dict[str, int]) -> list[TensorSpec]:
     """Specs of an ONNX's inputs with a symbolic dim 1 of the text inputs made concrete: the recorded
     length of its group, else DEFAULT_LENGTH (a --input pin, merged before, takes precedence)."""
     out = []
     for s in specs:
         if s.name in GROUPS and len(s.shape) == 2 and not isinstance(s.shape[1], int):
-            s = TensorSpec(s.name, (s.shape[0], recorded.get(GROUPS[s.name], DEFAULT_LENGTH)), s.dtype, s.profile)
+            s = TensorSpec(s.name, (s.shape[0], symbolic_length(s.name, 1, str(s.shape[1]), recorded)), s.dtype,
+                           s.profile)
         out.append(s)
     return out

@@ -109,9 +109,10 @@ class Measurements:
         if not bench.enabled:
             return None
         key = self._key(ctx, artifact, optimization, full)
-        for known in (key,) if full else (key[:2] + ("full",), key):
-            if known in self._latency:
-                return self._latency[known]
+        answers = [key] if full else [self._key(ctx, artifact, optimization, True), key]  # full answers a row
+        known = next((self._latency[k] for k in answers if k in self._latency), None)
+        if known is not None:
+            return known
         runner = self.source_runner(ctx) if self._is_torch_source(ctx, artifact) else \
             self.artifact_runner(artifact, optimization)
         try:

@@ -76,17 +76,15 @@ def _shapes(model: Any) -> dict[str, list[int]]:
     weigh nothing, and FLOP shares would rank units wrongly. Other symbolic dims are taken as 1."""
     import onnx
 
-    from optcli.sequence_axis import DEFAULT_LENGTH, GROUPS, recorded_lengths
+    from optcli.sequence_axis import recorded_lengths, symbolic_length
 
     recorded = recorded_lengths(model)
-    lengths = {g: recorded.get(g, DEFAULT_LENGTH) for g in set(GROUPS.values())}
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for vi in m.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if not d.HasField("dim_value"):
-                text_dim = i == 1 and vi.name in GROUPS
-                d.dim_value = lengths.get(d.dim_param) or (lengths[GROUPS[vi.name]] if text_dim else 1)
+                d.dim_value = symbolic_length(vi.name, i, d.dim_param, recorded) or 1
     try:
         m = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # shape inference can fail on custom ops: FLOPs are then partial, not wrong
