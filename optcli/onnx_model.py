@@ -136,13 +136,46 @@ def save_onnx(model: Any, path: Path) -> list[str]:
 
     sort_topologically(model.graph)
 
-    if near_protobuf_limit(model.ByteSize()):
+    # Serialized once: upb's ByteSize() costs a whole serialization (1 s on BERT-base, per save), so the
+    # size is estimated from the tensors' shapes first and checked on the bytes.
+    data = None
+    if not near_protobuf_limit(inline_tensor_bytes(model)):
+        try:
+            data = model.SerializeToString()
+        except ValueError:  # over protobuf's 2 GiB after all
+            data = None
+        if data is not None and near_protobuf_limit(len(data)):
+            data = None
+    if data is None:
         location = path.name + ".data"
+        # convert_attribute: Constant nodes' tensors count toward the limit as much as initializers.
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=location, size_threshold=1024)
-        return [location]
-    onnx.save_model(model, str(path))
+                        location=location, size_threshold=1024, convert_attribute=True)
+        return [location] if (path.parent / location).exists() else []
+    path.write_bytes(data)
     return []
+
+
+def inline_tensor_bytes(model: Any) -> int:
+    """Bytes of the tensors stored inside the model (initializers and Constant values, from their
+    shapes; external ones are not counted): a cheap lower bound of its serialized size."""
+    from onnx import TensorProto, helper
+
+    def size(t: Any) -> int:
+        if t.data_location == TensorProto.EXTERNAL or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+            return 0
+        n = 1
+        for d in t.dims:
+            n *= int(d)
+        try:
+            return n * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            return len(t.raw_data)
+
+    total = sum(size(t) for t in model.graph.initializer)
+    for node in model.graph.node:
+        total += sum(size(a.t) for a in node.attribute if a.HasField("t"))
+    return total
 
 
 def has_symbolic_batch(model: Any) -> bool:

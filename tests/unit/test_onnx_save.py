@@ -1,0 +1,68 @@
+"""save_onnx serializes once and decides on external data from the tensors' sizes, not ByteSize()."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli import onnx_model
+from optcli.onnx_model import inline_tensor_bytes, load_onnx, save_onnx
+
+
+def _model(weight_in_constant: bool = False) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.arange(64 * 64, dtype=np.float32).reshape(64, 64), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    inits = [w]
+    if weight_in_constant:
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], name="c", value=w))
+        inits = []
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("in_constant", [False, True])
+def test_the_estimate_counts_initializers_and_constants(in_constant: bool) -> None:
+    assert inline_tensor_bytes(_model(in_constant)) == 64 * 64 * 4
+
+
+def test_external_tensors_are_not_counted() -> None:
+    m = _model()
+    m.graph.initializer[0].data_location = TensorProto.EXTERNAL
+    m.graph.initializer[0].ClearField("raw_data")
+    assert inline_tensor_bytes(m) == 0
+
+
+def test_small_model_round_trips_in_one_file(tmp_path: Path) -> None:
+    m = _model()
+    assert save_onnx(m, tmp_path / "m.onnx") == []
+    again = load_onnx(tmp_path / "m.onnx")
+    assert again.SerializeToString() == m.SerializeToString()
+
+
+@pytest.mark.parametrize("in_constant", [False, True])
+def test_weights_over_the_threshold_go_to_external_data(in_constant: bool, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onnx_model, "EXTERNAL_DATA_THRESHOLD", 10_000)
+    files = save_onnx(_model(in_constant), tmp_path / "m.onnx")
+    assert files == ["m.onnx.data"] and (tmp_path / "m.onnx.data").stat().st_size >= 64 * 64 * 4
+    assert (tmp_path / "m.onnx").stat().st_size < 10_000
+    import onnxruntime as ort  # the external weights are found and read, Constant ones included
+
+    x = np.ones((1, 64), np.float32)
+    y = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, x @ np.arange(64 * 64, dtype=np.float32).reshape(64, 64), rtol=1e-6)
+
+
+def test_bytes_over_the_threshold_go_external_when_the_estimate_misses(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors the estimate cannot size (strings) still count: the serialized bytes are checked."""
+    monkeypatch.setattr(onnx_model, "EXTERNAL_DATA_THRESHOLD", 20_000)
+    m = _model()
+    m.graph.initializer.append(helper.make_tensor("names", TensorProto.STRING, [200], [b"x" * 200] * 200))
+    assert inline_tensor_bytes(m) < 20_000
+    assert save_onnx(m, tmp_path / "m.onnx") == ["m.onnx.data"]
+    assert load_onnx(tmp_path / "m.onnx").graph.initializer[0].dims == [64, 64]
