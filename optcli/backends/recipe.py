@@ -166,7 +166,8 @@ class RecipeContext:
             return first
         from optcli.unpad.apply import unpadded_twin
 
-        twin, _ = unpadded_twin(first, bucket, self.stage, self.workdir)
+        twin, _ = unpadded_twin(first, bucket, self.stage, self.workdir,
+                                known_axes=unpad.meta.get("unpad_sequence_outputs"))
         return twin or first
 
 def _float_onnx(lineage: list[Artifact]) -> list[Artifact]:

@@ -89,7 +89,8 @@ class UnpadStage(Stage):
         details["applied"] = True
         # The bucket tells build-cpu to apply the same rewrite to the exporter's graph where an OpenVINO
         # candidate starts from it (RecipeContext.first_float_onnx): made and proven only when one is built.
-        meta: dict[str, Any] = {"unpad_bucket": bucket}
+        # The outputs' sequence axes spare that rewrite its probe (it still runs its own proof).
+        meta: dict[str, Any] = {"unpad_bucket": bucket, "unpad_sequence_outputs": details.get("sequence_outputs", {})}
         if artifact.meta.get("flavour"):
             meta["flavour"] = artifact.meta["flavour"]
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256, meta=meta), details)

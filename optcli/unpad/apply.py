@@ -27,11 +27,13 @@ def padded_length(plan: Any, inputs: list[TensorSpec]) -> int:
 
 def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_high: dict[str, int], bucket: int,
                       runs: Any, details: dict[str, Any],
-                      held_out: tuple[str, dict[str, np.ndarray]] | None = None) -> str | None:
-    """Rewrite `source` into `out` and prove it on right-padded random samples (and `held_out`: (label,
-    arrays)); fills `details`; returns the reason it does not apply (and leaves no `out`), or None."""
+                      held_out: tuple[str, dict[str, np.ndarray]] | None = None,
+                      known_axes: dict[str, list[int]] | None = None, synthetic: int | None = None) -> str | None:
+    """Rewrite `source` into `out` and prove it on right-padded random samples (`synthetic` of them,
+    default SYNTHETIC_SAMPLES) and `held_out` ((label, arrays)); fills `details`; returns the reason it
+    does not apply (and leaves no `out`), or None. `known_axes` ({output: sequence axes}, found on
+    another graph of the same model) replaces the probe run that finds them; the proof still runs."""
     from optcli.unpad.graph import find_plan, rewrite
-    from optcli.unpad.verify import sequence_axes, synthetic_samples
 
     model = load_onnx(source)
     plan = find_plan(model, bucket)
@@ -40,6 +42,38 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
     length = padded_length(plan, inputs)
     if length <= plan.bucket:
         return f"the padded length {length} is within one bucket"
+    outputs = {o.name for o in model.graph.output}
+    if _valid_axes(known_axes, outputs):
+        plan.seq_axes = {k: list(v) for k, v in known_axes.items()}  # type: ignore[union-attr]
+    else:
+        axes = _probe_axes(model, plan, source, out, inputs, int_high, length, runs)
+        if isinstance(axes, str):
+            return axes
+        plan.seq_axes = axes
+    changed = rewrite(model, plan)
+    save_onnx(model, out)
+    details.update(plan.to_json(), **changed)
+    reason = _prove(runs, source, out, plan, length, inputs, int_high, details, held_out, synthetic)
+    runs.forget(out)
+    if reason:
+        out.unlink()
+    return reason
+
+
+def _valid_axes(axes: Any, outputs: set[str]) -> bool:
+    """`axes` is {output of this graph: [axis, ...]} (read back from a stage record: checked, not trusted)."""
+    return (isinstance(axes, dict) and all(
+        isinstance(k, str) and k in outputs and isinstance(v, list) and v
+        and all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a < 8 for a in v) for k, v in axes.items()))
+
+
+def _probe_axes(model: Any, plan: Any, source: Path, out: Path, inputs: list[TensorSpec], int_high: dict[str, int],
+                length: int, runs: Any) -> dict[str, list[int]] | str:
+    """Which outputs carry the sequence: the rewritten body (outputs not padded back) run beside the
+    original on two rows shorter than the padded length."""
+    from optcli.unpad.graph import rewrite
+    from optcli.unpad.verify import sequence_axes, synthetic_samples
+
     body = copy.deepcopy(model)
     rewrite(body, plan, pad_outputs=False)
     probe = out.parent / f"probe-{out.name}"
@@ -50,26 +84,20 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
     axes = sequence_axes(source, probe, feeds, length, plan.bucket, runs)
     runs.forget(probe)
     probe.unlink()
-    if isinstance(axes, str):
-        return axes
-    plan.seq_axes = axes
-    changed = rewrite(model, plan)
-    save_onnx(model, out)
-    details.update(plan.to_json(), **changed)
-    reason = _prove(runs, source, out, plan, length, inputs, int_high, details, held_out)
-    runs.forget(out)
-    if reason:
-        out.unlink()
-    return reason
+    return axes
 
 
 def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, inputs: list[TensorSpec],
            int_high: dict[str, int], details: dict[str, Any],
-           held_out: tuple[str, dict[str, np.ndarray]] | None) -> str | None:
-    from optcli.unpad.verify import PROOF_BATCH, prove, right_padded, spanning_rows, synthetic_samples
+           held_out: tuple[str, dict[str, np.ndarray]] | None, synthetic: int | None = None) -> str | None:
+    from optcli.unpad.verify import PROOF_BATCH, SYNTHETIC_SAMPLES, prove, right_padded, spanning_rows, synthetic_samples
 
+    lengths = None
+    if synthetic:  # one batch whose longest row is short of the padded length: the slice must act
+        lengths = np.linspace(1, max(length - plan.bucket - 1, 1), synthetic).round().astype(np.int64)
     samples = [("random right-padded samples", synthetic_samples(
-        inputs, plan.mask, plan.sequence_inputs, length, int_high), PROOF_BATCH)]
+        inputs, plan.mask, plan.sequence_inputs, length, int_high, n=synthetic or SYNTHETIC_SAMPLES,
+        lengths=lengths), PROOF_BATCH)]
     if held_out is not None:
         label, data = held_out
         mask = np.asarray(data[plan.mask])
@@ -92,9 +120,18 @@ def length_figures(mask: np.ndarray, length: int, bucket: int) -> dict[str, Any]
             "padded_length": length, "computed_share_batch1": round(float(computed.mean() / length), 4)}
 
 
-def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path) -> tuple[Artifact | None, dict[str, Any]]:
+# The twin is the same model as the graph the unpad stage proved on 12 random and 16 held-out rows, and
+# the candidate built from it passes the accuracy gate on the held-out data: its own proof checks the
+# rewrite's wiring on one batch of lengths from 1 to a bucket short of the padded length (so the batch's
+# longest row is sliced too), not the model again.
+TWIN_SAMPLES = 4
+
+
+def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
+                  known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, Any]]:
     """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
-    once per run in `workdir` (`stage.facts` remembers it, or why not): (the artifact or None, facts)."""
+    once per run in `workdir` (`stage.facts` remembers it, or why not): (the artifact or None, facts).
+    `known_axes`: the outputs' sequence axes the unpad stage found (spares the probe)."""
     from optcli.unpad.verify import GraphRuns
 
     twins = stage.facts.setdefault("unpad_twins", {})
@@ -103,7 +140,7 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path) -> tu
         details: dict[str, Any] = {"graph": first.path.name}
         with GraphRuns() as runs:
             reason = rewrite_and_prove(first.path, out, inputs=stage.inputs, int_high=stage.int_high, bucket=bucket,
-                                       runs=runs, details=details)
+                                       runs=runs, details=details, known_axes=known_axes, synthetic=TWIN_SAMPLES)
         twins[first.sha256] = {"applied": reason is None, **({"reason": reason} if reason else {}),
                                "proof": details.get("proof"), "path": None if reason else str(out)}
     facts = twins[first.sha256]

@@ -289,3 +289,51 @@ def test_pipeline_reports_a_refused_rewrite_as_skipped_and_goes_on_with_its_inpu
         fuse = report.stage("fuse")
         assert fuse.status == ("ok" if expected_first else "cached")
         assert fuse.graph["nodes_before"] == report.stage("simplify").graph["nodes_after"]  # not the rewrite
+
+
+class RecordingRuns:
+    """GraphRuns that remembers which graphs ran (the probe's body is one of them)."""
+
+    def __init__(self) -> None:
+        from optcli.unpad.verify import GraphRuns
+
+        self.inner, self.ran = GraphRuns(), []
+
+    def run(self, path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
+        self.ran.append(path.name)
+        return self.inner.run(path, feeds, batch)
+
+    def forget(self, path: Path) -> None:
+        self.inner.forget(path)
+
+
+def _twin(tiny: Path, tmp_path: Path, known: object, synthetic: int | None = 4) -> tuple[str | None, dict, list[str]]:
+    from optcli.unpad.apply import rewrite_and_prove
+
+    inputs, _ = io_specs(load_onnx(tiny))
+    runs, details = RecordingRuns(), {}
+    reason = rewrite_and_prove(tiny, tmp_path / "twin.onnx", inputs=inputs, int_high={"input_ids": V}, bucket=8,
+                               runs=runs, details=details, known_axes=known, synthetic=synthetic)
+    runs.inner.close()
+    return reason, details, runs.ran
+
+
+def test_known_sequence_axes_spare_the_probe_and_the_proof_still_runs(tiny: Path, tmp_path: Path) -> None:
+    reason, details, ran = _twin(tiny, tmp_path, {"hidden": [1]})
+    assert reason is None and (tmp_path / "twin.onnx").exists()
+    assert not any(name.startswith("probe-") for name in ran) and "twin.onnx" in ran
+    assert details["proof"][0]["samples"] == 4 and details["proof"][0]["max_abs_err"] < 1e-5
+
+
+def test_wrong_known_axes_are_caught_by_the_proof(tiny: Path, tmp_path: Path) -> None:
+    reason, _, _ = _twin(tiny, tmp_path, {"hidden": [2]})
+    assert reason is not None and "output 'hidden': shape" in reason and not (tmp_path / "twin.onnx").exists()
+
+
+@pytest.mark.parametrize("known", [None, {"no_such_output": [1]}, {"hidden": ["1"]}, {"hidden": [True]},
+                                   {"hidden": [99]}, ["hidden"], "hidden"])
+def test_unusable_known_axes_fall_back_to_the_probe(known: object, tiny: Path, tmp_path: Path) -> None:
+    """They are read back from a stage record: anything but {output of this graph: [small ints]} is ignored."""
+    reason, details, ran = _twin(tiny, tmp_path, known)
+    assert reason is None and details["sequence_outputs"] == {"hidden": [1]}
+    assert any(name.startswith("probe-") for name in ran)
