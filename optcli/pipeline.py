@@ -21,7 +21,7 @@ from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
 from optcli.backends.torch.loader import ModelSource, detect, load_torch
-from optcli.onnx_model import io_specs, load_onnx
+from optcli.onnx_model import graph_view, io_specs
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
 from optcli.stage_measure import Measurements
@@ -74,7 +74,7 @@ class Pipeline:
 
             from optcli.sequence_axis import fill_lengths, recorded_lengths
 
-            graph = load_onnx(source.path, load_weights=False)
+            graph = graph_view(source.path)
             inputs, _ = io_specs(graph)
             firsts = [s.shape[0] for s in inputs if s.shape]
             fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None

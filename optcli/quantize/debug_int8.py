@@ -16,7 +16,7 @@ from optcli.accuracy import check_tolerance
 from optcli.config import QuantizeConfig
 from optcli.backends.registry import is_onnx_file
 from optcli.errors import UsageError
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.fallback import SEARCH_SAMPLES, Quantizer, rank_units
@@ -58,7 +58,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
         work = Path(tmp)
         fp32 = work / "fp32-named.onnx"
         name_nodes(path, fp32)
-        graph = load_onnx(fp32, load_weights=False)
+        graph = graph_view(fp32)
         specs, _ = io_specs(graph)
         calib_set, ev = split_calibration(cfg, specs, holdout_needed=True)
         fl = resolve_flavour(flavour, target, looks_like_encoder(op_histogram(graph)))

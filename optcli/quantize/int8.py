@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.errors import StageError
-from optcli.onnx_model import is_large, copy_external_data, load_onnx, save_onnx
+from optcli.onnx_model import copy_external_data, graph_view, is_large, load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.flavour import Flavour, reduce_range
 
@@ -29,7 +29,7 @@ def name_nodes(src: Path, dst: Path) -> list[str]:
 
 def candidate_nodes(model_path: Path, flavour: Flavour) -> list[str]:
     """Nodes the flavour would quantize, in graph order."""
-    model = load_onnx(model_path, load_weights=False)
+    model = graph_view(model_path)
     return [n.name for n in model.graph.node if n.op_type in flavour.op_types]
 
 
@@ -72,7 +72,7 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
 def int8_op_counts(path: Path) -> dict[str, int]:
     """What really runs in INT8: activation Q/DQ pairs and integer ops (a node left 'quantizable'
     may get none, e.g. a lone Relu)."""
-    model = load_onnx(path, load_weights=False)
+    model = graph_view(path)
     ops = [n.op_type for n in model.graph.node]
     return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
             "dynamic_quantize": sum(o.startswith("DynamicQuantize") for o in ops),

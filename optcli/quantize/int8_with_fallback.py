@@ -18,7 +18,7 @@ from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import split_calibration
 from optcli.latency import stats_from_samples, time_calls
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram, remove_onnx
+from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
@@ -57,7 +57,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
     name_nodes(artifact.path, fp32)
-    model = load_onnx(fp32, load_weights=False)
+    model = graph_view(fp32)
     graph = model.graph
     specs, _ = io_specs(model)
     calib, ev = split_calibration(q, specs, holdout_needed=True)
@@ -143,7 +143,7 @@ def user_excludes(ctx: Any, model: Any) -> list[str]:
     patterns = ctx.config.quantize.exclude_nodes
     if not patterns:
         return []
-    modules = node_modules(model, *[load_onnx(p, load_weights=False) for p in earlier_onnx(ctx)])
+    modules = node_modules(model, *[graph_view(p) for p in earlier_onnx(ctx)])
     return resolve_excludes(patterns, [n.name for n in model.graph.node], modules)
 
 

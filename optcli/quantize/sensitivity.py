@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from optcli.calibration.dataset import SampleSet
-from optcli.onnx_model import load_onnx
+from optcli.onnx_model import graph_view
 from optcli.quantize.evaluate import run_model
 
 PROBE_SAMPLES = 16
@@ -32,7 +32,7 @@ def _err(a: np.ndarray, b: np.ndarray) -> float:
 
 def node_damage(fp32: Path, int8: Path, candidates: list[str], samples: SampleSet) -> dict[str, float]:
     """{node name: local damage} for candidate nodes (float tensors that exist in both graphs)."""
-    model = load_onnx(fp32, load_weights=False)
+    model = graph_view(fp32)
     # ONNX Runtime's QDQ quantizer removes a Relu after a quantized op and renames that op's output
     # to the Relu's (the uint8 range does the clamping): in the INT8 graph such a tensor holds the
     # value before the Relu, so compare it after one.
@@ -40,7 +40,7 @@ def node_damage(fp32: Path, int8: Path, candidates: list[str], samples: SampleSe
     inits = {i.name for i in model.graph.initializer}
     graph_inputs = {i.name for i in model.graph.input}
     nodes = {n.name: n for n in model.graph.node}
-    int8_tensors = {o for n in load_onnx(int8, load_weights=False).graph.node for o in n.output}
+    int8_tensors = {o for n in graph_view(int8).graph.node for o in n.output}
     io: dict[str, tuple[list[str], list[str]]] = {}
     for name in candidates:
         node = nodes.get(name)

@@ -34,7 +34,7 @@ from optcli.cpu.candidates import Candidate, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
-from optcli.onnx_model import io_specs, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
@@ -87,7 +87,7 @@ class BuildCpuStage(Stage):
                  for b in registry.all_backends() if b.cpu_facts}
         dynamic = encoder = False
         if precision == "int8" and artifact.format == registry.ONNX:
-            ops = op_histogram(load_onnx(artifact.path, load_weights=False))
+            ops = op_histogram(graph_view(artifact.path))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
@@ -204,7 +204,7 @@ class BuildCpuStage(Stage):
 
         if artifact.format == registry.ONNX:
             float_art = newest_float_onnx(self._lineage(artifact))
-            specs, _ = io_specs(load_onnx(float_art.path, load_weights=False))
+            specs, _ = io_specs(graph_view(float_art.path))
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
             return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev))
         from optcli.backends.torch.runner import TorchRunner
@@ -226,7 +226,7 @@ class BuildCpuStage(Stage):
         sample = ev.take(slice(0, batch)) if len(ev) >= batch else None
         arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
                                                                         int_high=self.ctx.int_high)
-        ops = op_histogram(load_onnx(float_art.path, load_weights=False)) if float_art else {}
+        ops = op_histogram(graph_view(float_art.path)) if float_art else {}
         model = float_art.path if float_art else self.ctx.source.path
         weights = sum(p.stat().st_size for p in (model, *[model.parent / f for f in onnx_external_files(model)])
                       if p.is_file()) if float_art else model.stat().st_size

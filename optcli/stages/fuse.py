@@ -18,7 +18,7 @@ from typing import Any
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
-from optcli.onnx_model import is_large, load_onnx, looks_like_encoder, op_histogram
+from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histogram
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -70,7 +70,7 @@ class FuseStage(Stage):
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         level = self.level()
-        before = op_histogram(load_onnx(artifact.path, load_weights=False))
+        before = op_histogram(graph_view(artifact.path))
         details: dict[str, Any] = {"level": level, "transformer_fusions": None}
         src = artifact.path
         if self.transformer_fusions(before):
@@ -80,7 +80,7 @@ class FuseStage(Stage):
         optimize_offline(src, out, level, hint="skip this stage with --no-fuse")
         if src != artifact.path:
             src.unlink()
-        after = op_histogram(load_onnx(out, load_weights=False))
+        after = op_histogram(graph_view(out))
         details["fusions"] = fusions_made(before, after)
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": "onnxruntime-extended" if level == "extended" else "onnx-standard"}),

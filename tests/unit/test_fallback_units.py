@@ -166,3 +166,43 @@ def test_flops_of_a_dynamic_sequence_are_taken_at_its_recorded_length(tmp_path: 
     assert flops["scores"] == 2.0 * length * length * 8
     # an anonymous symbolic dim on a text input is a sequence too; the batch stays 1
     assert node_flops(_text_graph("s_0")) == node_flops(_text_graph("sequence"))
+
+
+def _expand_to_computed_shape() -> onnx.ModelProto:
+    """x (batch x 16 x 8) -> Expand of a mask to Shape(x) -> Mul -> MatMul: the exporter's attention-mask
+    pattern. ONNX's own inference loses the Expand's shape, and every MatMul after it had no FLOPs."""
+    w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
+    one = numpy_helper.from_array(np.ones((1, 1, 8), np.float32), "one")
+    nodes = [helper.make_node("Shape", ["x"], ["xs"], name="shape"),
+             helper.make_node("Expand", ["one", "xs"], ["ones"], name="expand"),
+             helper.make_node("Mul", ["x", "ones"], ["masked"], name="mul"),
+             helper.make_node("MatMul", ["masked", "w"], ["y"], name="proj")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 8])], [w, one])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_flops_follow_shapes_the_graph_computes() -> None:
+    from optcli.quantize.units import node_flops
+
+    assert node_flops(_expand_to_computed_shape())["proj"] == 2.0 * 16 * 8 * 8
+
+
+def test_units_of_a_graph_without_static_shapes_take_flops_from_an_earlier_graph(tmp_path: Path) -> None:
+    """The unpad rewrite slices to the batch's valid length: no shape is static after it."""
+    from optcli.onnx_model import save_onnx
+
+    early = _expand_to_computed_shape()
+    late = _expand_to_computed_shape()  # x sliced to a length only the data decides, as unpad does
+    late.graph.input.append(helper.make_tensor_value_info("n", TensorProto.INT64, [1]))
+    late.graph.initializer.extend([numpy_helper.from_array(np.array([0], np.int64), "start"),
+                                   numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    late.graph.node.insert(0, helper.make_node("Slice", ["x_in", "start", "n", "axis"], ["x"], name="cut"))
+    late.graph.input[0].name = "x_in"
+    save_onnx(early, tmp_path / "early.onnx")
+    save_onnx(late, tmp_path / "late.onnx")
+    units, total = compute_units(tmp_path / "late.onnx", TABLE["qdq-u8s8"], [tmp_path / "early.onnx"])
+    proj = next(u for u in units if u.node == "proj")
+    assert proj.flops == 2.0 * 16 * 8 * 8 and total >= proj.flops
+    alone, _ = compute_units(tmp_path / "late.onnx", TABLE["qdq-u8s8"], [])
+    assert next(u for u in alone if u.node == "proj").flops == 0.0  # what it was without the earlier graph

@@ -66,3 +66,33 @@ def test_bytes_over_the_threshold_go_external_when_the_estimate_misses(tmp_path:
     assert inline_tensor_bytes(m) < 20_000
     assert save_onnx(m, tmp_path / "m.onnx") == ["m.onnx.data"]
     assert load_onnx(tmp_path / "m.onnx").graph.initializer[0].dims == [64, 64]
+
+
+def test_graph_view_drops_big_tensor_bytes_keeps_small_ones_and_shapes(tmp_path: Path) -> None:
+    from optcli.onnx_model import graph_view
+
+    m = _model()  # w: 16 KB
+    big = numpy_helper.from_array(np.zeros((256, 256), np.float32), "big")  # 256 KB
+    m.graph.initializer.append(big)
+    save_onnx(m, tmp_path / "m.onnx")
+    view = graph_view(tmp_path / "m.onnx")
+    by_name = {t.name: t for t in view.graph.initializer}
+    assert list(by_name["big"].dims) == [256, 256] and not by_name["big"].raw_data
+    assert numpy_helper.to_array(by_name["w"]).shape == (64, 64)  # small constants keep their values
+    assert [n.name for n in view.graph.node] == ["mm"]
+
+
+def test_graph_view_is_a_copy_and_follows_the_file(tmp_path: Path) -> None:
+    from optcli.onnx_model import graph_view
+
+    path = tmp_path / "m.onnx"
+    save_onnx(_model(), path)
+    first = graph_view(path)
+    first.graph.node[0].name = "changed by a caller"
+    assert graph_view(path).graph.node[0].name == "mm"
+    other = _model()
+    other.graph.node[0].name = "rewritten"
+    other.graph.node.append(helper.make_node("Relu", ["y"], ["z"], name="relu"))
+    other.graph.output[0].name = "z"
+    save_onnx(other, path)  # a new version of the file: a new view
+    assert [n.name for n in graph_view(path).graph.node] == ["rewritten", "relu"]

@@ -23,9 +23,9 @@ _DYNAMIC_INT8_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "c
 
 
 def _served(path: Path) -> ServedModel:
-    from optcli.onnx_model import external_data_files, io_specs, load_onnx, op_histogram
+    from optcli.onnx_model import external_data_files, graph_view, io_specs, op_histogram
 
-    model = load_onnx(path, load_weights=False)
+    model = graph_view(path)
     for vi in list(model.graph.input) + list(model.graph.output):
         if not vi.type.HasField("tensor_type"):
             raise UsageError(f"{path}: {vi.name!r} is not a tensor (sequence or map I/O)",

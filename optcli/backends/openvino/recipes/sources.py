@@ -43,10 +43,10 @@ def named_float(float_art: Artifact, workdir: Path) -> Path:
 
 def excluded_nodes(ctx: RecipeContext, named: Path) -> list[str]:
     """--exclude patterns (node names, module paths, globs) as the node names of `named`."""
-    from optcli.onnx_model import load_onnx
+    from optcli.onnx_model import graph_view
     from optcli.quantize.int8_with_fallback import user_excludes
 
-    return user_excludes(ctx.stage, load_onnx(named, load_weights=False))
+    return user_excludes(ctx.stage, graph_view(named))
 
 
 def ir_built(xml: Path, details: dict[str, Any], hint: str) -> Built:
