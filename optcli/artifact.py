@@ -29,13 +29,29 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path, *companion_files(path)]
     if registry.is_onnx_file(path) and path.is_file():
         files.extend(path.parent / f for f in onnx_external_files(path))
+    # A run hashes the same 440 MB file several times (a stage's output is the next one's input): once
+    # per version of the files in this process is enough. Nothing is kept on disk.
+    key = (str(path.resolve()), tuple((str(f), *_version(f)) for f in files))
+    if key in _hashes:
+        return _hashes[key]
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())
         with open(f, "rb") as fh:
             while block := fh.read(chunk):
                 h.update(block)
-    return h.hexdigest()
+    if len(_hashes) >= 64:
+        _hashes.pop(next(iter(_hashes)))
+    _hashes[key] = h.hexdigest()
+    return _hashes[key]
+
+
+_hashes: dict[tuple[Any, ...], str] = {}
+
+
+def _version(f: Path) -> tuple[int, int, int]:
+    st = f.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 @dataclass

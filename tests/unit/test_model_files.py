@@ -1,4 +1,5 @@
-"""save_onnx serializes once and decides on external data from the tensors' sizes, not ByteSize()."""
+"""Model files read and written once per version: save_onnx serializes once (external data decided from
+the tensors' sizes), graph_view parses a graph once, sha256_file hashes a file once."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -96,3 +97,17 @@ def test_graph_view_is_a_copy_and_follows_the_file(tmp_path: Path) -> None:
     other.graph.output[0].name = "z"
     save_onnx(other, path)  # a new version of the file: a new view
     assert [n.name for n in graph_view(path).graph.node] == ["rewritten", "relu"]
+
+
+def test_a_file_hash_is_remembered_per_version_of_the_file(tmp_path: Path) -> None:
+    import time
+
+    from optcli.artifact import sha256_file
+
+    path = tmp_path / "m.bin"
+    path.write_bytes(b"a" * 1000)
+    first = sha256_file(path)
+    assert sha256_file(path) == first
+    time.sleep(0.05)  # past the file system's timestamp tick: a later write is a new version
+    path.write_bytes(b"b" * 1000)  # same size, same inode, new bytes
+    assert sha256_file(path) != first
