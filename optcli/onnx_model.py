@@ -174,6 +174,9 @@ def save_onnx(model: Any, path: Path) -> list[str]:
     import onnx
 
     sort_topologically(model.graph)
+    # A new file, never a write through an existing one: `path` may be a hard link to another stage's
+    # graph (name_nodes links graphs it need not change).
+    path.unlink(missing_ok=True)
 
     # Serialized once: upb's ByteSize() costs a whole serialization (1 s on BERT-base, per save), so the
     # size is estimated from the tensors' shapes first and checked on the bytes.

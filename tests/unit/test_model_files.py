@@ -111,3 +111,33 @@ def test_a_file_hash_is_remembered_per_version_of_the_file(tmp_path: Path) -> No
     time.sleep(0.05)  # past the file system's timestamp tick: a later write is a new version
     path.write_bytes(b"b" * 1000)  # same size, same inode, new bytes
     assert sha256_file(path) != first
+
+
+def test_name_nodes_links_a_named_graph_and_a_later_save_does_not_reach_it(tmp_path: Path) -> None:
+    from optcli.quantize.int8 import name_nodes
+
+    src, dst = tmp_path / "src.onnx", tmp_path / "dst.onnx"
+    save_onnx(_model(), src)
+    before = src.read_bytes()
+    assert name_nodes(src, dst) == ["mm"]
+    assert dst.stat().st_ino == src.stat().st_ino  # linked, not re-serialized
+    other = _model()
+    other.graph.node[0].name = "renamed"
+    save_onnx(other, dst)
+    assert src.read_bytes() == before and load_onnx(dst).graph.node[0].name == "renamed"
+
+
+@pytest.mark.parametrize("names", [["", ""], ["same", "same"]])
+def test_name_nodes_rewrites_a_graph_with_missing_or_repeated_names(names: list[str], tmp_path: Path) -> None:
+    from optcli.quantize.int8 import name_nodes
+
+    m = _model()
+    m.graph.node.append(helper.make_node("Relu", ["y"], ["z"]))
+    m.graph.output[0].name = "z"
+    for node, name in zip(m.graph.node, names):
+        node.name = name
+    save_onnx(m, tmp_path / "src.onnx")
+    got = name_nodes(tmp_path / "src.onnx", tmp_path / "dst.onnx")
+    assert len(set(got)) == 2 and all(got)
+    assert [n.name for n in load_onnx(tmp_path / "dst.onnx").graph.node] == got
+    assert (tmp_path / "dst.onnx").stat().st_ino != (tmp_path / "src.onnx").stat().st_ino
