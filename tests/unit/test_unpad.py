@@ -337,3 +337,35 @@ def test_unusable_known_axes_fall_back_to_the_probe(known: object, tiny: Path, t
     reason, details, ran = _twin(tiny, tmp_path, known)
     assert reason is None and details["sequence_outputs"] == {"hidden": [1]}
     assert any(name.startswith("probe-") for name in ran)
+
+
+def test_evaluation_runs_padded_text_in_batches_of_similar_length_and_keeps_sample_order(tiny: Path,
+                                                                                          tmp_path: Path) -> None:
+    """The accuracy gate's outputs (FP32 reference, INT8 candidates) of an unpadded graph: rows grouped
+    by valid length so each batch computes up to its own longest row; results in the data's order."""
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.calibration.dataset import SampleSet
+    from optcli.quantize.evaluate import LENGTH_BATCH, runner_outputs
+
+    path, _ = rewritten(tiny, tmp_path)
+    lengths = [int(x) for x in np.random.default_rng(3).integers(1, S + 1, 3 * LENGTH_BATCH + 5)]
+    samples = SampleSet(right_padded_feeds(lengths, seed=4), None, "test", "npz")
+
+    class Recording(OnnxRuntimeRunner):
+        seen: list[int] = []
+
+        def run_normalized(self, feeds):  # the longest valid length of each batch run
+            self.seen.append(int((np.asarray(feeds["attention_mask"]) != 0).sum(1).max()))
+            return super().run_normalized(feeds)
+
+    runner = Recording(path)
+    try:
+        outs = runner_outputs(runner, samples)
+    finally:
+        runner.close()
+    assert Recording.seen == sorted(Recording.seen) and len(Recording.seen) == 4
+    one_by_one = [run(path, {k: v[i:i + 1] for k, v in samples.arrays.items()}) for i in range(len(lengths))]
+    valid = (samples.arrays["attention_mask"] != 0)[:, :, None]  # padded positions hold no result
+    hidden, cls = outs
+    np.testing.assert_allclose(hidden * valid, np.concatenate([o[0] for o in one_by_one]) * valid, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cls, np.concatenate([o[1] for o in one_by_one]), rtol=1e-5, atol=1e-5)
