@@ -52,17 +52,22 @@ def graph_view(path: Path) -> Any:
     bytes: never save it or run it; load_onnx is for that."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    import onnx
+
     view = _views.get(key)
     if view is None:
-        view = load_onnx(path, load_weights=False)
-        for t in _all_tensors(view.graph):
+        parsed = load_onnx(path, load_weights=False)
+        for t in _all_tensors(parsed.graph):
             if len(t.raw_data) > _VIEW_MAX_TENSOR_BYTES:
                 t.ClearField("raw_data")
+        # A fresh message: upb keeps a parsed message's whole arena (the weights' bytes too) alive
+        # after ClearField, so the cached view would hold the model's size in memory.
+        view = onnx.ModelProto()
+        view.CopyFrom(parsed)
+        del parsed
         if len(_views) >= _VIEW_CACHE_SIZE:
             _views.pop(next(iter(_views)))
         _views[key] = view
-    import onnx
-
     copy = onnx.ModelProto()
     copy.CopyFrom(view)
     return copy
