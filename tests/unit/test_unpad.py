@@ -325,18 +325,49 @@ def test_known_sequence_axes_spare_the_probe_and_the_proof_still_runs(tiny: Path
     assert details["proof"][0]["samples"] == 4 and details["proof"][0]["max_abs_err"] < 1e-5
 
 
-def test_wrong_known_axes_are_caught_by_the_proof(tiny: Path, tmp_path: Path) -> None:
-    reason, _, _ = _twin(tiny, tmp_path, {"hidden": [2]})
-    assert reason is not None and "output 'hidden': shape" in reason and not (tmp_path / "twin.onnx").exists()
+def test_wrong_known_axes_fail_the_proof_and_the_probe_finds_the_right_ones(tiny: Path, tmp_path: Path) -> None:
+    reason, details, ran = _twin(tiny, tmp_path, {"hidden": [2]})
+    assert reason is None and details["sequence_outputs"] == {"hidden": [1]}
+    assert any(name.startswith("probe-") for name in ran) and (tmp_path / "twin.onnx").exists()
 
 
 @pytest.mark.parametrize("known", [None, {"no_such_output": [1]}, {"hidden": ["1"]}, {"hidden": [True]},
                                    {"hidden": [99]}, ["hidden"], "hidden"])
-def test_unusable_known_axes_fall_back_to_the_probe(known: object, tiny: Path, tmp_path: Path) -> None:
-    """They are read back from a stage record: anything but {output of this graph: [small ints]} is ignored."""
+def test_unusable_known_axes_fall_back_to_the_declared_shapes(known: object, tiny: Path, tmp_path: Path) -> None:
+    """They are read back from a stage record: anything but {output of this graph: [small ints]} is
+    ignored, and the outputs' declared shapes (hidden: batch x S x H) say where S is."""
     reason, details, ran = _twin(tiny, tmp_path, known)
     assert reason is None and details["sequence_outputs"] == {"hidden": [1]}
+    assert not any(name.startswith("probe-") for name in ran)
+
+
+def test_outputs_whose_declared_dims_are_unknown_are_probed(tmp_path: Path) -> None:
+    model = encoder()
+    for out in model.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.Clear()  # rank known, sizes not: the shapes say no output carries S, the proof disagrees
+    save_onnx(model, tmp_path / "unknown.onnx")
+    reason, details, ran = _twin(tmp_path / "unknown.onnx", tmp_path, None)
+    assert reason is None and details["sequence_outputs"] == {"hidden": [1]}
     assert any(name.startswith("probe-") for name in ran)
+
+
+def test_an_output_without_a_declared_rank_is_refused_with_a_reason(tmp_path: Path) -> None:
+    model = encoder()
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    save_onnx(model, tmp_path / "shapeless.onnx")
+    reason, _, _ = _twin(tmp_path / "shapeless.onnx", tmp_path, None)
+    assert reason == "output 'hidden' declares no shape of that rank: its sequence axis cannot be padded back"
+    assert not (tmp_path / "twin.onnx").exists()
+
+
+def test_declared_axes_name_s_once_per_output_or_give_up() -> None:
+    from optcli.unpad.apply import declared_axes
+
+    assert declared_axes(encoder(), S) == {"hidden": [1]}
+    assert declared_axes(encoder(symbolic=True), "sequence") == {"hidden": [1]}
+    assert declared_axes(encoder(H=S), S) is None  # hidden size = S: S on two axes of `hidden`
+    assert declared_axes(encoder(), S + 1) == {}  # S nowhere: no output carries the sequence
 
 
 def test_evaluation_runs_padded_text_in_batches_of_similar_length_and_keeps_sample_order(tiny: Path,
