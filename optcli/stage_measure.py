@@ -77,14 +77,20 @@ class Measurements:
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
         return {"feeds": feeds, "outputs": outs, "kind": kind}
 
-    def accuracy(self, artifact: Artifact, reference: dict[str, Any]) -> dict[str, Any]:
-        runner = self.artifact_runner(artifact, "all")
+    def accuracy(self, artifact: Artifact, reference: dict[str, Any], runner: Any = None) -> dict[str, Any]:
+        """The artifact's outputs against the reference's; on `runner` where one is open (not closed here)."""
+        own = runner is None
+        runner = self.artifact_runner(artifact, "all") if own else runner
         try:
             outs = runner.run_normalized(runner.normalize(reference["feeds"]))
             names = [o.name for o in runner.outputs]
+            setting = dict(getattr(runner, "settings", {}) or {}).get("graph_optimization")
         finally:
-            runner.close()
+            if own:
+                runner.close()
         summary = compare_outputs(reference["outputs"], outs, names)
+        if setting:
+            summary["graph_optimization"] = setting
         summary["reference"] = reference["kind"]
         summary["batch"] = self.config.accuracy.batch
         return summary
@@ -101,10 +107,11 @@ class Measurements:
         return (artifact.sha256, optimization, depth)
 
     def latency(self, ctx: StageContext, artifact: Artifact, optimization: str = "disabled",
-                full: bool = False) -> LatencyStats | None:
+                full: bool = False, runner: Any = None) -> LatencyStats | None:
         """Latency of one artifact at the bench batch; None with --no-bench. `full`: timed with the whole
         [bench] settings (the final artifact and its baseline); else a stage row's short measurement,
-        which a full one of the same artifact and setting also answers."""
+        which a full one of the same artifact and setting also answers. On `runner` where one is open
+        at `optimization` (not closed here)."""
         bench = self.config.bench
         if not bench.enabled:
             return None
@@ -113,8 +120,10 @@ class Measurements:
         known = next((self._latency[k] for k in answers if k in self._latency), None)
         if known is not None:
             return known
-        runner = self.source_runner(ctx) if self._is_torch_source(ctx, artifact) else \
-            self.artifact_runner(artifact, optimization)
+        own = runner is None
+        if own:
+            runner = self.source_runner(ctx) if self._is_torch_source(ctx, artifact) else \
+                self.artifact_runner(artifact, optimization)
         try:
             feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
             # A full measurement keeps [bench]'s promise (at least `runs` calls, docs/cli.md); a stage row
@@ -129,7 +138,8 @@ class Measurements:
             samples = time_calls(lambda: runner.run_normalized(feeds), runs=bench.runs, **budget)
             stats = stats_from_samples(samples, bench.batch, runner.backend, getattr(runner, "settings", {}))
         finally:
-            runner.close()
+            if own:
+                runner.close()
         self._latency[key] = stats
         return stats
 
@@ -149,12 +159,20 @@ class Measurements:
         if after.format == ONNX:
             g = graph_summary(after.path)
             record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
+        # One session of the new artifact for its latency and its accuracy (a BERT-base session costs a
+        # second): the accuracy of a row is taken at the row's setting, the graph as the stage wrote it.
+        shared = None
         try:
             lat_before = self.latency(ctx, before, stage.measure_optimization)
-            lat_after = self.latency(ctx, after, stage.measure_optimization)
-            record.accuracy = accuracy if accuracy is not None else self.accuracy(after, reference)
+            if accuracy is None and not self._is_torch_source(ctx, after):
+                shared = self.artifact_runner(after, stage.measure_optimization)
+            lat_after = self.latency(ctx, after, stage.measure_optimization, runner=shared)
+            record.accuracy = accuracy if accuracy is not None else self.accuracy(after, reference, runner=shared)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
+        finally:
+            if shared is not None:
+                shared.close()
         record.latency_ms = {"before": lat_before.to_json() if lat_before else None,
                              "after": lat_after.to_json() if lat_after else None}
 

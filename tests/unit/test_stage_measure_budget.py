@@ -52,3 +52,39 @@ def test_stage_rows_are_short_and_a_full_measurement_answers_them_too(tmp_path: 
     assert m.latency(ctx, art, "all") is full  # a later stage row of the same artifact reuses the full one
     assert m.latency(ctx, art, "all", full=True) is full and len(budgets) == 2
     assert m.latency(ctx, art, "disabled") is not full and len(budgets) == 3  # another setting: measured
+
+
+class _Row:
+    """What around_stage reads of a stage: its name and the setting its row is measured with."""
+
+    def __init__(self, optimization: str) -> None:
+        self.name, self.measure_optimization = "simplify", optimization
+
+
+def test_a_rows_latency_and_accuracy_share_one_session_at_the_rows_setting(tmp_path: Path, monkeypatch) -> None:
+    """A BERT-base session costs a second: the row's "after" latency and its accuracy check open one."""
+    from optcli.report import StageReport
+
+    before = _model(tmp_path / "before.onnx")
+    after = _model(tmp_path / "after.onnx")
+    config = CompileConfig(model=str(before), out=tmp_path)
+    config.bench.runs, config.bench.min_seconds, config.bench.max_seconds = 5, 0.0, 0.2
+    config.accuracy.batch = 1  # the model takes batch 1
+    ctx = StageContext(config=config, source=ModelSource(str(before), before, "onnx"),
+                       inputs=io_specs(load_onnx(before))[0], target="cpu", out_dir=tmp_path)
+    for optimization in ("disabled", "all"):
+        m = Measurements(config)
+        opened: list[str] = []
+        real = m.artifact_runner
+
+        def counting(artifact, setting, real=real, opened=opened):
+            opened.append(f"{artifact.path.name}@{setting}")
+            return real(artifact, setting)
+
+        monkeypatch.setattr(m, "artifact_runner", counting)
+        record = StageReport("simplify")
+        m.around_stage(ctx, _Row(optimization), record, Artifact(before, "onnx", stage="export"),
+                       Artifact(after, "onnx", stage="simplify"), m.reference(ctx))
+        assert opened == [f"before.onnx@{optimization}", f"after.onnx@{optimization}"]
+        assert record.accuracy["graph_optimization"] == optimization and record.accuracy["max_abs_err"] == 0.0
+        assert record.latency_ms["after"]["settings"]["graph_optimization"] == optimization
