@@ -42,6 +42,7 @@ def load_onnx(path: Path, load_weights: bool = True) -> Any:
 # graph_view keeps tensors up to this size (shape constants, scalars); bigger ones lose their bytes.
 _VIEW_MAX_TENSOR_BYTES = 64 << 10
 _VIEW_CACHE_SIZE = 16
+_TENSOR_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data")
 _views: dict[tuple[str, int, int, int], Any] = {}
 
 
@@ -58,8 +59,9 @@ def graph_view(path: Path) -> Any:
     if view is None:
         parsed = load_onnx(path, load_weights=False)
         for t in _all_tensors(parsed.graph):
-            if len(t.raw_data) > _VIEW_MAX_TENSOR_BYTES:
-                t.ClearField("raw_data")
+            if tensor_bytes(t) > _VIEW_MAX_TENSOR_BYTES:  # from the shape: reading raw_data would copy it
+                for data in _TENSOR_DATA_FIELDS:
+                    t.ClearField(data)
         # A fresh message: upb keeps a parsed message's whole arena (the weights' bytes too) alive
         # after ClearField, so the cached view would hold the model's size in memory.
         view = onnx.ModelProto()
@@ -203,25 +205,28 @@ def save_onnx(model: Any, path: Path) -> list[str]:
     return []
 
 
+def tensor_bytes(t: Any) -> int:
+    """Bytes a tensor stores inside the model, from its shape and type (0 for external data and
+    strings, which the shape does not size)."""
+    from onnx import TensorProto, helper
+
+    if t.data_location == TensorProto.EXTERNAL or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return 0
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    try:
+        return n * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return len(t.raw_data)
+
+
 def inline_tensor_bytes(model: Any) -> int:
     """Bytes of the tensors stored inside the model (initializers and Constant values, from their
     shapes; external ones are not counted): a cheap lower bound of its serialized size."""
-    from onnx import TensorProto, helper
-
-    def size(t: Any) -> int:
-        if t.data_location == TensorProto.EXTERNAL or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
-            return 0
-        n = 1
-        for d in t.dims:
-            n *= int(d)
-        try:
-            return n * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        except (KeyError, TypeError, ValueError):
-            return len(t.raw_data)
-
-    total = sum(size(t) for t in model.graph.initializer)
+    total = sum(tensor_bytes(t) for t in model.graph.initializer)
     for node in model.graph.node:
-        total += sum(size(a.t) for a in node.attribute if a.HasField("t"))
+        total += sum(tensor_bytes(a.t) for a in node.attribute if a.HasField("t"))
     return total
 
 

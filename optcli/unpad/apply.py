@@ -50,6 +50,7 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
     outputs = {o.name for o in model.graph.output}
     guess = ({k: list(v) for k, v in known_axes.items()} if _valid_axes(known_axes, outputs)  # type: ignore[union-attr]
              else declared_axes(model, plan.length))
+    reason: str | None = None
     if guess is not None:
         plan.seq_axes = guess
         reason = _rewrite_and_prove(model, plan, source, out, length, inputs, int_high, runs, details, held_out,

@@ -74,11 +74,13 @@ def test_graph_view_drops_big_tensor_bytes_keeps_small_ones_and_shapes(tmp_path:
 
     m = _model()  # w: 16 KB
     big = numpy_helper.from_array(np.zeros((256, 256), np.float32), "big")  # 256 KB
-    m.graph.initializer.append(big)
+    typed = helper.make_tensor("typed", TensorProto.FLOAT, [128, 256], np.ones(128 * 256).tolist())  # float_data
+    m.graph.initializer.extend([big, typed])
     save_onnx(m, tmp_path / "m.onnx")
     view = graph_view(tmp_path / "m.onnx")
     by_name = {t.name: t for t in view.graph.initializer}
     assert list(by_name["big"].dims) == [256, 256] and not by_name["big"].raw_data
+    assert list(by_name["typed"].dims) == [128, 256] and not by_name["typed"].float_data
     assert numpy_helper.to_array(by_name["w"]).shape == (64, 64)  # small constants keep their values
     assert [n.name for n in view.graph.node] == ["mm"]
 
