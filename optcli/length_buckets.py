@@ -51,12 +51,17 @@ def bucket_options(value: Any) -> BucketOptions:
     return opts
 
 
+def row_extents(mask: np.ndarray) -> np.ndarray:
+    """Per row of a batch x sequence mask (non-zero = token): the position after its last token, as the
+    unpad rewrite reads it; a row of padding only counts as 1."""
+    valid = np.asarray(mask) != 0
+    return np.where(valid.any(1), valid.shape[1] - np.argmax(valid[:, ::-1], axis=1), 1)
+
+
 def group_rows(mask: np.ndarray, options: BucketOptions) -> list[np.ndarray]:
     """Row indices per sub-batch, shortest first. `mask` is batch x sequence (non-zero = token)."""
-    valid = np.asarray(mask) != 0
-    length = valid.shape[1]
-    # The extent (last token + 1), as the unpad stage reads it: a row of padding only counts as 1.
-    extent = np.where(valid.any(1), length - np.argmax(valid[:, ::-1], axis=1), 1)
+    length = np.asarray(mask).shape[1]
+    extent = row_extents(mask)
     buckets = np.minimum(-(-extent // options.bucket) * options.bucket, length)
     groups = [[int(b), np.flatnonzero(buckets == b)] for b in np.unique(buckets)]
     while len(groups) > options.max_groups:

@@ -49,11 +49,12 @@ def fixed_batch(runner: Any) -> int | None:
 
 def length_order(samples: SampleSet) -> np.ndarray | None:
     """Sample indices by valid length (the attention mask's extent), or None for samples without one."""
+    from optcli.length_buckets import row_extents
+
     mask = sequence_mask(samples.arrays)
     if mask is None or len(mask) <= LENGTH_BATCH:
         return None
-    extent = np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 1)
-    return np.argsort(extent, kind="stable")
+    return np.argsort(row_extents(mask), kind="stable")
 
 
 def runner_outputs(runner: Any, samples: SampleSet) -> list[np.ndarray]:

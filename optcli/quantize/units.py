@@ -51,8 +51,9 @@ def compute_units(model_path: Path, flavour: Flavour, origins: list[Path] = ()) 
     modules = node_modules(model, *earlier)
     flops = node_flops(model)
     total = float(sum(flops.values()))
-    chosen = [n for n in model.graph.node if n.op_type in COMPUTE_OPS and n.op_type in flavour.op_types]
-    missing = {n.name for n in chosen if not flops.get(n.name)}
+    chosen = [(i, n) for i, n in enumerate(model.graph.node)
+              if n.op_type in COMPUTE_OPS and n.op_type in flavour.op_types]
+    missing = {n.name for _, n in chosen if not flops.get(n.name)}
     # A graph whose shapes follow the data (the unpad rewrite slices to the batch's valid length), or
     # that shape inference cannot follow (fused ops), has no static shapes to count: the same nodes in
     # an earlier graph of the run do, oldest first (the exporter's infers best).
@@ -67,8 +68,7 @@ def compute_units(model_path: Path, flavour: Flavour, origins: list[Path] = ()) 
             total = max(float(sum(flops.values())), float(sum(known.values())))
     producer = {o: n for n in model.graph.node for o in n.output}
     units = [Unit(n.name, n.op_type, modules.get(n.name), flops.get(n.name, 0.0), i,
-                  (n.name, *_feeders(n, producer, flavour.op_types)))
-             for i, n in enumerate(model.graph.node) if n.op_type in COMPUTE_OPS and n.op_type in flavour.op_types]
+                  (n.name, *_feeders(n, producer, flavour.op_types))) for i, n in chosen]
     return units, total
 
 
@@ -97,9 +97,6 @@ def _shapes(model: Any) -> dict[str, list[int]]:
     recorded = recorded_lengths(model)
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    # The exporter's own value_info keeps symbolic dims ("batch", "s0") that inference then leaves in
-    # place: without it every shape follows from the fixed inputs (BERT-base: 10 of 96 MatMuls had FLOPs).
-    del m.graph.value_info[:]
     for vi in m.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if not d.HasField("dim_value"):
