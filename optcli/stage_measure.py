@@ -163,7 +163,9 @@ class Measurements:
         # second): the accuracy of a row is taken at the row's setting, the graph as the stage wrote it.
         shared = None
         try:
-            lat_before = self.latency(ctx, before, stage.measure_optimization)
+            # The user's model at "all" is also the final's baseline: measured once, in full, here.
+            baseline = before.stage is None and stage.measure_optimization == "all"
+            lat_before = self.latency(ctx, before, stage.measure_optimization, full=baseline)
             if accuracy is None and not self._is_torch_source(ctx, after):
                 shared = self.artifact_runner(after, stage.measure_optimization)
             lat_after = self.latency(ctx, after, stage.measure_optimization, runner=shared)

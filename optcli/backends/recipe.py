@@ -107,6 +107,7 @@ class PlanRequest:
     batch: int = 1                              # the batch candidates are measured at ([bench] batch)
     installed: dict[str, bool] = field(default_factory=dict)   # backend name -> installed (absent: ask)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend name -> its cpu_facts()
+    no_int8_graph: str | None = None            # int8: why build-cpu's input is not the quantize stage's INT8 graph
 
 
 @dataclass
@@ -164,6 +165,8 @@ class RecipeContext:
         bucket = unpad.meta.get("unpad_bucket") if unpad is not None else None
         if unpad is None or unpad.path == first.path or not isinstance(bucket, int) or not 1 <= bucket <= 4096:
             return first
+        if unpad.parent == first.sha256:  # the stage rewrote this very graph (the fast search's route)
+            return unpad
         from optcli.unpad.apply import unpadded_twin
 
         twin, _ = unpadded_twin(first, bucket, self.stage, self.workdir,
@@ -195,6 +198,7 @@ class CpuRecipe(ABC):
     backend: ClassVar[str]                      # the registered backend that runs what it builds
     simplicity: ClassVar[int] = 5               # 0 = the input as it is; higher = more moving parts
     needs_onnx: ClassVar[bool] = True           # False: builds from the PyTorch model (the run needs no ONNX)
+    needs_int8_graph: ClassVar[bool] = False    # int8: builds from the quantize stage's INT8 graph
 
     @abstractmethod
     def plan(self, req: PlanRequest) -> list[Candidate]:

@@ -16,10 +16,12 @@ accuracy tolerance on held-out data; a candidate that misses it is never chosen.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from optcli.backends.recipe import Candidate, PlanRequest
 from optcli.search.elimination import TIE_BAND  # one tie rule for the search and the choice
 
-__all__ = ["Candidate", "choose", "plan"]
+__all__ = ["Candidate", "backend_facts", "choose", "plan"]
 
 
 def plan(req: PlanRequest) -> list[Candidate]:
@@ -35,12 +37,21 @@ def plan(req: PlanRequest) -> list[Candidate]:
             for cand in recipe.plan(req):
                 if cand.skip is None and recipe.needs_onnx and req.input_format != ONNX:
                     cand.skip = "the run has no ONNX (the export to ONNX failed or was not needed)"
+                if cand.skip is None and req.no_int8_graph and req.precision == "int8" and recipe.needs_int8_graph:
+                    cand.skip = req.no_int8_graph
                 if cand.skip is None and req.backend not in ("auto", backend.name):
                     cand.skip = f"--backend {req.backend}"
                 if cand.skip is None and not (backend.installed() if installed is None else installed):
                     cand.skip = f"{backend.package} is not installed ({backend.install_hint})"
                 cands.append(cand)
     return cands
+
+
+def backend_facts(precision: str, cfg: Any) -> dict[str, dict[str, Any]]:
+    """Each registered backend's planning facts (PlanRequest.facts) for `precision` under [cpu] `cfg`."""
+    from optcli.backends import registry
+
+    return {b.name: registry.load_object(b.cpu_facts)(precision, cfg) for b in registry.all_backends() if b.cpu_facts}
 
 
 COSINE_TIE = 1e-4

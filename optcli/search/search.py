@@ -58,8 +58,7 @@ class Entry:
     budget_used: float | None = None  # the fraction of the accuracy budget its measured accuracy used
 
     def effective_ratio(self, tie_band: float) -> float:
-        p = self.prediction
-        return p.ratio * (1 + tie_band) if p.less_accurate else p.ratio
+        return effective_ratio(self.prediction, tie_band)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": self.status, "prediction": self.prediction.to_json()}
@@ -167,23 +166,7 @@ class Search:
         if self.mode == "thorough" or not pool or e.free:
             return None
         lead = self._leader(pool)
-        optimistic = e.prediction.ratio * (1 - e.prediction.spread)
-        if (lead.prediction.less_accurate and not e.prediction.less_accurate
-                and not (lead.budget_used is not None and lead.budget_used <= ACCURACY_HEADROOM)):
-            # The evidence has it more accurate than the leader: a tie would go to it.
-            if optimistic < lead.prediction.ratio * (1 + self.tie_band):
-                return None
-            return (f"predicted {e.prediction.ratio:.2f}x (+-{e.prediction.spread:.0%}) the winner's latency, "
-                    f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot even tie {lead.name}")
-        if optimistic < lead.prediction.ratio * (1 - self.tie_band):
-            return None
-        why_no_tie = "a tie would not go to it"
-        if lead.prediction.less_accurate and not e.prediction.less_accurate:
-            why_no_tie = (f"{lead.name} measured within {lead.budget_used:.0%} of the accuracy budget, so a tie "
-                          "would gain nothing the tolerance asks for")
-        return (f"predicted {e.prediction.ratio:.2f}x (+-{e.prediction.spread:.0%}) the winner's latency, "
-                f"{lead.name} {lead.prediction.ratio:.2f}x: it cannot beat {lead.name} by more than "
-                f"the tie band ({self.tie_band:.0%}), and {why_no_tie}")
+        return cannot_win(e.prediction, lead.name, lead.prediction, self.tie_band, lead.budget_used)
 
     def _leader(self, pool: list[Entry]) -> Entry:
         measured = [e for e in pool if e.samples]
@@ -253,6 +236,36 @@ class Search:
                             f"clearly behind {best.name} ({best.p50:.4g} ms)")
                 live.remove(e)
         return settled([standings[e.name] for e in live], self.tie_band)
+
+
+def effective_ratio(pred: Prediction, tie_band: float = TIE_BAND) -> float:
+    """A prediction's ratio for ordering: one the evidence had less accurate counts a tie band slower."""
+    return pred.ratio * (1 + tie_band) if pred.less_accurate else pred.ratio
+
+
+def cannot_win(pred: Prediction, lead_name: str, lead: Prediction, tie_band: float = TIE_BAND,
+               lead_budget_used: float | None = None) -> str | None:
+    """Why a candidate predicted `pred` cannot win against the leader `lead_name` (predicted `lead`), or
+    None where, at the optimistic end of its prediction, it could: it beats the leader by more than the
+    tie band, or the evidence has it more accurate than the leader and it ties (unless the leader's own
+    measured accuracy used at most ACCURACY_HEADROOM of the budget: `lead_budget_used`)."""
+    optimistic = pred.ratio * (1 - pred.spread)
+    if (lead.less_accurate and not pred.less_accurate
+            and not (lead_budget_used is not None and lead_budget_used <= ACCURACY_HEADROOM)):
+        # The evidence has it more accurate than the leader: a tie would go to it.
+        if optimistic < lead.ratio * (1 + tie_band):
+            return None
+        return (f"predicted {pred.ratio:.2f}x (+-{pred.spread:.0%}) the winner's latency, "
+                f"{lead_name} {lead.ratio:.2f}x: it cannot even tie {lead_name}")
+    if optimistic < lead.ratio * (1 - tie_band):
+        return None
+    why_no_tie = "a tie would not go to it"
+    if lead.less_accurate and not pred.less_accurate:
+        why_no_tie = (f"{lead_name} measured within {lead_budget_used:.0%} of the accuracy budget, so a tie "
+                      "would gain nothing the tolerance asks for")
+    return (f"predicted {pred.ratio:.2f}x (+-{pred.spread:.0%}) the winner's latency, "
+            f"{lead_name} {lead.ratio:.2f}x: it cannot beat {lead_name} by more than "
+            f"the tie band ({tie_band:.0%}), and {why_no_tie}")
 
 
 def _separated(contenders: list[Entry]) -> bool:

@@ -30,7 +30,7 @@ from optcli.artifact import Artifact, onnx_external_files
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
-from optcli.cpu.candidates import Candidate, choose, plan
+from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
@@ -83,17 +83,20 @@ class BuildCpuStage(Stage):
     def candidates(self, artifact: Artifact) -> list[Candidate]:
         cfg = self.options()
         precision = self.ctx.config.quantize.precision
-        facts = {b.name: registry.load_object(b.cpu_facts)(precision, cfg)
-                 for b in registry.all_backends() if b.cpu_facts}
         dynamic = encoder = False
+        no_int8_graph = None
         if precision == "int8" and artifact.format == registry.ONNX:
             ops = op_histogram(graph_view(artifact.path))
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
+            if artifact.precision != "int8":  # the fast search's route left the quantize stage out
+                route = self.ctx.facts.get("cpu_route")
+                no_int8_graph = (f"not built (fast search): the quantize stage did not run ({route.skip})"
+                                 if route is not None and route.skip else "the quantize stage made no INT8 graph")
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
                                 dynamic_input=dynamic, encoder=encoder, input_format=artifact.format,
                                 torch_source=self.ctx.source.is_torch, batch=self.ctx.config.bench.batch,
-                                facts=facts))
+                                facts=backend_facts(precision, cfg), no_int8_graph=no_int8_graph))
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         if self.ctx.target != "cpu":
@@ -187,6 +190,9 @@ class BuildCpuStage(Stage):
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
+        route = self.ctx.facts.get("cpu_route")
+        if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
+            details["route"] = route.to_json()
         twins = self.ctx.facts.get("unpad_twins")
         if twins:  # the unpad rewrite of the exporter's graph, made for the candidates that start from it
             details["unpad_source"] = [{k: v for k, v in t.items() if k != "path"} for t in twins.values()]

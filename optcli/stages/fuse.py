@@ -43,9 +43,11 @@ class FuseStage(Stage):
         return config.fuse.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
+        from optcli.cpu.route import stage_skip
+
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        return None
+        return stage_skip(self.ctx, artifact, self.name)
 
     def level(self) -> str:
         # TensorRT's parser takes plain ONNX only; the quantizers only know plain ONNX ops (a FusedConv

@@ -27,7 +27,11 @@ class QuantizeInt8Stage(Stage):
         return config.quantize.precision == "int8"
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        return None if artifact.format == ONNX else f"input is {artifact.format}, not ONNX"
+        from optcli.cpu.route import stage_skip
+
+        if artifact.format != ONNX:
+            return f"input is {artifact.format}, not ONNX"
+        return stage_skip(self.ctx, artifact, self.name)
 
     def tolerance(self) -> Any:
         a = self.ctx.config.accuracy

@@ -27,9 +27,11 @@ class SimplifyStage(Stage):
         return config.simplify.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
+        from optcli.cpu.route import stage_skip
+
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        return None
+        return stage_skip(self.ctx, artifact, self.name)
 
     def fingerprint(self) -> dict[str, Any]:
         return config_dict(self.ctx.config.simplify)

@@ -9,6 +9,7 @@ class InputRecipe(CpuRecipe):
     name = "input"
     backend = "onnxruntime"
     simplicity = 0
+    needs_int8_graph = True
 
     def plan(self, req: PlanRequest) -> list[Candidate]:
         if req.precision in ("fp32", "fp16"):

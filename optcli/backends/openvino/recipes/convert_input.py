@@ -12,6 +12,7 @@ class ConvertInputRecipe(CpuRecipe):
     name = "convert-input"
     backend = "openvino"
     simplicity = 1
+    needs_int8_graph = True
 
     def plan(self, req: PlanRequest) -> list[Candidate]:
         if req.precision != "int8":

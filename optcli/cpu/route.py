@@ -1,0 +1,112 @@
+"""The fast search's route through the pipeline on a CPU, decided once per run before the graph stages.
+
+INT8 on a CPU has two routes to an artifact. onnxruntime's runs simplify -> fuse -> the quantize stage,
+whose INT8 graph build-cpu runs as it is (or converts to an OpenVINO IR). OpenVINO's NNCF and re-quantized
+candidates start from the exporter's graph and never read what those three stages write. Where the
+priors (optcli/search/priors.py) say no candidate of the first route can win against the predicted
+winner of the second (on a CPU with VNNI: BERT-base and MiniLM, where NNCF's transformer setting won;
+ResNet-50), the fast search leaves the three stages out: on BERT-base they were 30 of a 93 s compile,
+for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate.
+
+Not taken where the user named nodes to exclude (those names are the quantize stage's input graph's),
+asked for onnxruntime, or where nothing of the second route can be built here (OpenVINO missing, a model
+whose builds would not fit in memory).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from optcli.artifact import Artifact
+from optcli.stages.base import StageContext
+
+# The stages whose only consumer on a CPU at INT8 is onnxruntime's route.
+ONNXRUNTIME_ROUTE = ("simplify", "fuse", "quantize-int8")
+_FACT = "cpu_route"
+
+
+@dataclass
+class Route:
+    """The decision: `skip` says why the fast search leaves out ONNXRUNTIME_ROUTE (None: it runs them)."""
+
+    skip: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"onnxruntime_route": "skipped" if self.skip else "runs", **({"why": self.skip} if self.skip else {}),
+                **self.details}
+
+
+def cpu_route(ctx: StageContext, artifact: Artifact) -> Route:
+    """The run's route, decided on the first call (from the first ONNX graph of the run) and kept."""
+    known = ctx.facts.get(_FACT)
+    if isinstance(known, Route):
+        return known
+    route = _decide(ctx, artifact)
+    ctx.facts[_FACT] = route
+    return route
+
+
+def stage_skip(ctx: StageContext, artifact: Artifact, stage: str) -> str | None:
+    """Why `stage` is skipped on this run's route, or None."""
+    if stage not in ONNXRUNTIME_ROUTE:
+        return None
+    route = cpu_route(ctx, artifact)
+    if route.skip is None:
+        return None
+    winner = route.details.get("predicted_winner")
+    return f"fast search: {winner} predicted to win (build-cpu's route); --search thorough runs it"
+
+
+def _decide(ctx: StageContext, artifact: Artifact) -> Route:
+    from optcli.backends.registry import ONNX
+    from optcli.cpu.options import cpu_config
+
+    config = ctx.config
+    cfg = cpu_config(config)
+    if ctx.target != "cpu" or config.quantize.precision != "int8" or cfg.search != "fast":
+        return Route()
+    if config.quantize.exclude_nodes:
+        return Route(details={"because": "--exclude names nodes of the quantize stage's input graph"})
+    if artifact.format != ONNX:
+        return Route()
+    return _predict(ctx, artifact, cfg)
+
+
+def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
+    from optcli.backends.recipe import PlanRequest
+    from optcli.cpu.candidates import backend_facts, plan
+    from optcli.cpu.search_run import features, skip_heavy_builds
+    from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
+    from optcli.quantize.flavour import resolve_flavour, u8s8_saturates
+    from optcli.search.priors import predict
+    from optcli.search.search import cannot_win, effective_ratio
+
+    ops = op_histogram(graph_view(artifact.path))
+    encoder = looks_like_encoder(ops)
+    flavour = resolve_flavour(ctx.config.quantize.flavour, "cpu", encoder)
+    size = artifact.size_bytes
+    cands = plan(PlanRequest("int8", cfg.backend, input_flavour=f"int8-{flavour.name}", dynamic_input=not flavour.static,
+                             encoder=encoder, input_format=artifact.format, torch_source=ctx.source.is_torch,
+                             batch=ctx.config.bench.batch, facts=backend_facts("int8", cfg)))
+    skip_heavy_builds(cands, "fast", size)
+    feats = features("int8", ops, encoder, size, u8s8_saturates())
+    live = [c for c in cands if not c.skip]
+    preds = {c.name: predict(feats, f"{c.backend}:{c.recipe}") for c in live}
+    needs = [c for c in live if c.builder is not None and c.builder.needs_int8_graph]
+    others = [c for c in live if c not in needs]
+    details: dict[str, Any] = {"features": feats.to_json(), "flavour": flavour.name,
+                               "predictions": {n: p.to_json() for n, p in preds.items()}}
+    if not needs or not others:
+        details["because"] = "no other route" if not others else "no candidate needs the quantize stage's graph"
+        return Route(details=details)
+    lead = min(others, key=lambda c: (effective_ratio(preds[c.name]), others.index(c)))
+    details["predicted_winner"] = lead.name
+    why = {c.name: cannot_win(preds[c.name], lead.name, preds[lead.name]) for c in needs}
+    could = [n for n, reason in why.items() if reason is None]
+    if could:
+        details["because"] = f"{', '.join(could)} could win"
+        return Route(details=details)
+    losers = "; ".join(f"{n} {reason.split(':')[0]}" for n, reason in why.items() if reason)
+    return Route(f"{lead.name} is predicted to win and onnxruntime's INT8 route cannot ({losers}), so "
+                 "only the exporter's graph is needed", details)

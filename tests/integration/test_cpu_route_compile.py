@@ -1,0 +1,73 @@
+"""The fast search's route end to end (optcli/cpu/route.py): an INT8 compile of an encoder on a CPU with
+VNNI leaves simplify, fuse and the quantize stage out and builds OpenVINO's NNCF candidate from the
+exporter's graph; `--search thorough`, and a CPU without VNNI, run every stage. Real export, NNCF,
+OpenVINO and onnxruntime; the CPU's INT8 instruction set is the one thing the test sets."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optcli import api
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+ROUTE = ("simplify", "fuse", "quantize-int8")
+
+
+def _data(folder: Path, n: int, seed: int) -> Path:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 9, n)
+    mask = (np.arange(8)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, rng.integers(1, 50, (n, 8)), 0).astype(np.int64)
+    np.savez(folder / "part-000.npz", input_ids=ids, attention_mask=mask)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("route-data")
+    return _data(root / "calib", 32, 0), _data(root / "eval", 16, 1)
+
+
+def _compile(model: Path, out: Path, data: tuple[Path, Path], **options: object):
+    calib, ev = data
+    return api.compile(model, out=out, int8=True, calib=calib, eval=ev, bench=False, check=False, **options)
+
+
+def test_vnni_encoder_compiles_without_onnxruntimes_route(encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: False)
+    r = _compile(encoder_pt2, tmp_path / "o", data)
+    for name in ROUTE:
+        st = r.stage(name)
+        assert st.status == "skipped" and st.reason.startswith("fast search:"), (name, st.status, st.reason)
+        assert not list((tmp_path / "o").glob(f"*-{name}")), f"{name} wrote a folder"
+    build = r.stage("build-cpu")
+    assert build.status in ("ok", "failed"), build.reason  # failed only at the accuracy gate
+    assert build.details["route"]["onnxruntime_route"] == "skipped"
+    cands = {c["name"]: c for c in build.details["candidates"]}
+    assert cands["onnxruntime-int8"]["status"] == "skipped"
+    assert "the quantize stage did not run" in cands["onnxruntime-int8"]["reason"]
+    built = [c for c in cands.values() if c.get("accuracy")]
+    assert built and all(c["backend"] == "openvino" for c in built)
+    # NNCF built from the exporter's graph (the unpad stage's where it applied): no second rewrite of it
+    assert "unpad_source" not in build.details
+    if r.status == "ok":
+        assert r.final["backend"] == "openvino" and r.final["precision"] == "int8"
+
+
+@pytest.mark.parametrize("how", ["thorough", "plain"])
+def test_thorough_or_without_vnni_every_stage_runs(encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: how == "plain")
+    r = _compile(encoder_pt2, tmp_path / "o", data, **({"search": "thorough"} if how == "thorough" else {}))
+    for name in ROUTE:
+        st = r.stage(name)
+        assert not (st.reason or "").startswith("fast search"), (name, st.reason)
+    assert r.stage("quantize-int8").status in ("ok", "failed")
+    route = r.stage("build-cpu").details.get("route", {})
+    assert route.get("onnxruntime_route", "runs") == "runs"

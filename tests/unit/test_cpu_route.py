@@ -1,0 +1,159 @@
+"""The fast search's route on a CPU (optcli/cpu/route.py): where the priors say onnxruntime's INT8 route
+cannot win, simplify, fuse and the quantize stage are left out; everywhere else they run. Real graphs
+(onnx.helper), the real priors and plan; the CPU's INT8 instruction set is the one thing set by the test."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.artifact import Artifact
+from optcli.backends.torch.loader import ModelSource
+from optcli.config import CompileConfig
+from optcli.cpu import route as route_mod
+from optcli.cpu.route import ONNXRUNTIME_ROUTE, cpu_route, stage_skip
+from optcli.onnx_model import io_specs, load_onnx, save_onnx
+from optcli.stages.base import StageContext
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+
+def _encoder(path: Path) -> Path:
+    """Embeddings, one masked self-attention, LayerNormalization: what looks_like_encoder calls an encoder."""
+    rng = np.random.default_rng(0)
+    H, V = 8, 50
+    inits = [numpy_helper.from_array(rng.standard_normal((V, H)).astype(np.float32), "emb"),
+             numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), "wq"),
+             numpy_helper.from_array(np.ones(H, np.float32), "gamma"),
+             numpy_helper.from_array(np.zeros(H, np.float32), "beta")]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
+             helper.make_node("MatMul", ["x", "wq"], ["q"]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "xt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+             helper.make_node("MatMul", ["probs", "x"], ["ctx"]),
+             helper.make_node("LayerNormalization", ["ctx", "gamma", "beta"], ["hidden"], axis=-1)]
+    graph = helper.make_graph(nodes, "enc", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", 16])],
+                              [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["b", 16, H])], inits)
+    save_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def _conv(path: Path, out_channels: int) -> Path:
+    """One Conv + Relu; out_channels=1024 makes weights of 16.8 MB: a `large` model for the priors."""
+    w = np.random.default_rng(0).standard_normal((out_channels, 64, 8, 8)).astype(np.float32) * 0.01
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", out_channels, 9, 9])],
+                              [numpy_helper.from_array(w, "w")])
+    save_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def _ctx(path: Path, tmp_path: Path, *, target: str = "cpu", precision: str = "int8", **cpu: object) -> StageContext:
+    config = CompileConfig(model=str(path), out=tmp_path / "out")
+    config.quantize.precision = precision
+    if cpu:
+        config.extra["cpu"] = dict(cpu)
+    return StageContext(config=config, source=ModelSource(str(path), path, "onnx"), inputs=io_specs(load_onnx(path))[0],
+                        target=target, out_dir=tmp_path / "out")
+
+
+@pytest.fixture()
+def vnni(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: False)
+
+
+@pytest.fixture()
+def plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: True)
+
+
+def test_an_encoder_on_a_vnni_cpu_leaves_onnxruntimes_route_out(tmp_path: Path, vnni: None) -> None:
+    path = _encoder(tmp_path / "enc.onnx")
+    ctx = _ctx(path, tmp_path)
+    r = cpu_route(ctx, Artifact(path, "onnx"))
+    assert r.skip is not None and r.details["predicted_winner"].startswith("openvino-int8-nncf")
+    assert r.details["features"] == {"precision": "int8", "kind": "encoder", "size": "small", "int8_isa": "vnni"}
+    assert "onnxruntime-int8-dynamic predicted 1.35x" in r.skip  # the prior that decided, named
+    for stage in ONNXRUNTIME_ROUTE:
+        why = stage_skip(ctx, Artifact(path, "onnx"), stage)
+        assert why and why.startswith("fast search:") and "--search thorough runs it" in why
+    assert stage_skip(ctx, Artifact(path, "onnx"), "unpad") is None
+    assert stage_skip(ctx, Artifact(path, "onnx"), "build-cpu") is None
+    assert r.to_json()["onnxruntime_route"] == "skipped"
+
+
+def test_an_encoder_without_vnni_keeps_it_onnxruntime_can_win_there(tmp_path: Path, plain: None) -> None:
+    path = _encoder(tmp_path / "enc.onnx")
+    r = cpu_route(_ctx(path, tmp_path), Artifact(path, "onnx"))
+    assert r.skip is None and "onnxruntime-int8-dynamic could win" in r.details["because"]
+    assert r.to_json()["onnxruntime_route"] == "runs"
+
+
+def test_a_small_cnn_keeps_it_onnxruntime_is_the_predicted_winner(tmp_path: Path, vnni: None) -> None:
+    path = _conv(tmp_path / "small.onnx", 8)
+    r = cpu_route(_ctx(path, tmp_path), Artifact(path, "onnx"))
+    assert r.skip is None and r.details["features"]["kind"] == "conv" and r.details["features"]["size"] == "small"
+
+
+@pytest.mark.parametrize("isa", ["vnni", "plain"])
+def test_a_large_cnn_leaves_it_out_on_any_cpu(tmp_path: Path, isa: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(isa)
+    path = _conv(tmp_path / "large.onnx", 1024)
+    r = cpu_route(_ctx(path, tmp_path), Artifact(path, "onnx"))
+    assert r.details["features"]["size"] == "large"
+    assert r.skip is not None and r.details["predicted_winner"] == "openvino-int8-nncf"
+    # both candidates of the quantize stage's graph are named as unable to win
+    assert "onnxruntime-int8-qdq-u8s8 predicted" in r.skip and "openvino-int8-qdq-u8s8 predicted" in r.skip
+
+
+@pytest.mark.parametrize("request_", [
+    {"search": "thorough"}, {"backend": "onnxruntime"}, {"target": "tensorrt"}, {"precision": "fp32"},
+    {"precision": "bf16"}, {"exclude_nodes": ["n0"]}])
+def test_requests_that_keep_every_stage(tmp_path: Path, vnni: None, request_: dict) -> None:
+    path = _encoder(tmp_path / "enc.onnx")
+    opts = dict(request_)
+    exclude = opts.pop("exclude_nodes", None)
+    ctx = _ctx(path, tmp_path, **opts)
+    if exclude:
+        ctx.config.quantize.exclude_nodes = exclude
+    r = cpu_route(ctx, Artifact(path, "onnx"))
+    assert r.skip is None, request_
+    assert all(stage_skip(ctx, Artifact(path, "onnx"), s) is None for s in ONNXRUNTIME_ROUTE)
+
+
+def test_a_model_too_large_for_openvinos_builds_keeps_it(tmp_path: Path, vnni: None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Over HEAVY_BUILD_BYTES the fast search builds no OpenVINO candidate: onnxruntime's is the only route.
+    monkeypatch.setattr("optcli.cpu.search_run.HEAVY_BUILD_BYTES", 1)
+    path = _encoder(tmp_path / "enc.onnx")
+    r = cpu_route(_ctx(path, tmp_path), Artifact(path, "onnx"))
+    assert r.skip is None and r.details["because"] == "no other route"
+
+
+def test_the_route_is_decided_once_per_run(tmp_path: Path, vnni: None) -> None:
+    enc, cnn = _encoder(tmp_path / "enc.onnx"), _conv(tmp_path / "small.onnx", 8)
+    ctx = _ctx(enc, tmp_path)
+    first = cpu_route(ctx, Artifact(enc, "onnx"))
+    assert cpu_route(ctx, Artifact(cnn, "onnx")) is first  # later graphs of the run do not re-decide
+    assert route_mod.stage_skip(ctx, Artifact(cnn, "onnx"), "fuse") is not None
+
+
+def test_openvino_starts_from_the_unpad_stages_graph_where_it_rewrote_the_exporters(tmp_path: Path) -> None:
+    # On the route, unpad's input is the exporter's graph: its output is the graph NNCF needs (before, a
+    # second rewrite of the exporter's graph was made and proven for the OpenVINO candidates).
+    import shutil
+
+    from optcli.backends.recipe import RecipeContext
+
+    first = Artifact(_encoder(tmp_path / "enc.onnx"), "onnx")
+    shutil.copy(first.path, tmp_path / "unpadded.onnx")
+    unpad = Artifact(tmp_path / "unpadded.onnx", "onnx", stage="unpad", parent=first.sha256, meta={"unpad_bucket": 8})
+    rctx = RecipeContext(stage=_ctx(first.path, tmp_path), artifact=unpad, lineage=[unpad, first], calib=None,
+                         eval=None, precision="int8", tolerance=None, cpu=None, workdir=tmp_path, folder=tmp_path / "c",
+                         candidates=[])
+    assert rctx.first_float_onnx() is unpad
