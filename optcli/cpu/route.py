@@ -8,9 +8,10 @@ winner of the second (on a CPU with VNNI: BERT-base and MiniLM, where NNCF's tra
 ResNet-50), the fast search leaves the three stages out: on BERT-base they were 30 of a 93 s compile,
 for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate.
 
-Not taken where the user named nodes to exclude (those names are the quantize stage's input graph's),
-asked for onnxruntime, or where nothing of the second route can be built here (OpenVINO missing, a model
-whose builds would not fit in memory).
+Not taken where the user named nodes to exclude (those names are the quantize stage's input graph's) or
+an INT8 flavour, asked for onnxruntime, where nothing of the second route can be built here (OpenVINO
+missing, a model whose builds would not fit in memory), or where its predicted winner was less accurate
+in the evidence (the route bets on the winner passing the tolerance).
 """
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ def _decide(ctx: StageContext, artifact: Artifact) -> Route:
         return Route()
     if config.quantize.exclude_nodes:
         return Route(details={"because": "--exclude names nodes of the quantize stage's input graph"})
+    if config.quantize.flavour != "auto":
+        return Route(details={"because": f"--int8-flavour {config.quantize.flavour} asks for the quantize stage's graph"})
     if artifact.format != ONNX:
         return Route()
     return _predict(ctx, artifact, cfg)
@@ -102,6 +105,10 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
         return Route(details=details)
     lead = min(others, key=lambda c: (effective_ratio(preds[c.name]), others.index(c)))
     details["predicted_winner"] = lead.name
+    if preds[lead.name].less_accurate:
+        # The route bets on the predicted winner passing the tolerance: not on one the evidence had less accurate.
+        details["because"] = f"the predicted winner, {lead.name}, was less accurate in the evidence"
+        return Route(details=details)
     why = {c.name: cannot_win(preds[c.name], lead.name, preds[lead.name]) for c in needs}
     could = [n for n, reason in why.items() if reason is None]
     if could:
