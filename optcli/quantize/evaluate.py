@@ -81,7 +81,17 @@ def _in_batches(runner: Any, samples: SampleSet, size: int, fixed: int | None) -
             b = {k: np.concatenate([v, np.repeat(v[:1], size - n, axis=0)]) for k, v in b.items()}
         outs = runner.run_normalized(runner.normalize(b))
         chunks.append([np.asarray(o)[:n] for o in outs])
-    return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+    return [_concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+
+
+def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
+    """Batches joined on axis 0. An inner tensor of an unpadded graph (the fallback exposes them) has each
+    batch's computed length, not the padded one: shorter batches are zero-filled at the end of those axes.
+    Two runs of one sample set batch alike, so an FP32 and an INT8 run fill the same positions."""
+    if len({p.shape[1:] for p in parts}) == 1:
+        return np.concatenate(parts)
+    full = [max(dims) for dims in zip(*(p.shape[1:] for p in parts))]
+    return np.concatenate([np.pad(p, [(0, 0)] + [(0, f - d) for f, d in zip(full, p.shape[1:])]) for p in parts])
 
 
 def expose_tensors(path: Path, tensors: list[str]) -> Path:

@@ -30,3 +30,38 @@ def test_static_batch_gets_exact_chunks_and_the_padding_is_dropped(tmp_path: Pat
     assert names == ["y"] and y_fixed.shape == (10, 3)
     np.testing.assert_allclose(y_fixed, x @ (np.arange(12, dtype=np.float32).reshape(4, 3) / 10), rtol=1e-5)
     np.testing.assert_allclose(y_fixed, y_dynamic, rtol=1e-6)
+
+
+def sliced_to_batch_length_onnx(path: Path) -> Path:
+    """What the unpad rewrite makes of a padded model: the batch is cut to its longest row (L) inside;
+    `inner` is (batch, L), the output (batch,) does not depend on L."""
+    starts = numpy_helper.from_array(np.array([0], np.int64), "starts")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [helper.make_node("ReduceSum", ["attention_mask", "axes"], ["lens"], keepdims=0),
+             helper.make_node("ReduceMax", ["lens"], ["L"], keepdims=1),
+             helper.make_node("Slice", ["x", "starts", "L", "axes"], ["inner"]),
+             helper.make_node("ReduceSum", ["inner", "axes"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "unpadded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 16]),
+                              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b"])], [starts, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_inner_tensors_of_an_unpadded_graph_join_across_length_batches(tmp_path: Path) -> None:
+    # Padded text runs in length-sorted batches of 8: an inner tensor that follows each batch's computed
+    # length had a different shape per batch, and the INT8 fallback's probe of inner tensors crashed
+    # (ValueError in concatenate) on the pretrained MiniLM with --search thorough.
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 17, 20)
+    mask = (np.arange(16)[None, :] < lengths[:, None]).astype(np.int64)
+    x = (rng.standard_normal((20, 16)) * mask).astype(np.float32)
+    [y, inner], names = run_model(sliced_to_batch_length_onnx(tmp_path / "u.onnx"),
+                                  SampleSet({"x": x, "attention_mask": mask}, None, "test", "npz"), extra_outputs=["inner"])
+    assert names == ["y", "inner"] and inner.shape == (20, lengths.max())
+    np.testing.assert_allclose(y, x.sum(1), rtol=1e-5)   # in sample order
+    for row, n in enumerate(lengths):
+        np.testing.assert_array_equal(inner[row, :n], x[row, :n])
+        assert not inner[row, n:].any()  # beyond the row: its batch's padding or the zero fill
