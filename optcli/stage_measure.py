@@ -64,14 +64,19 @@ class Measurements:
         feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=ctx.int_high)
         runner = self.source_runner(ctx)
         try:
-            outs = runner.run_normalized(runner.normalize(feeds))
-        except OptcliError:
-            raise
-        except Exception as exc:  # the model refuses inputs built from --input: bad input, not a bug
-            given = ", ".join(f"{n}:{format_shape(v.shape)}:{v.dtype}" for n, v in feeds.items())
-            raise UsageError(f"the model fails on inputs {given}: {model_error_line(exc)}",
-                             hint="check the --input names, shapes and dtypes, e.g. --input input_ids:1x128:int64"
-                             ) from exc
+            try:
+                outs = runner.run_normalized(runner.normalize(feeds))
+            except OptcliError:
+                raise
+            except Exception as exc:  # the model refuses inputs built from --input: bad input, not a bug
+                given = ", ".join(f"{n}:{format_shape(v.shape)}:{v.dtype}" for n, v in feeds.items())
+                raise UsageError(f"the model fails on inputs {given}: {model_error_line(exc)}",
+                                 hint="check the --input names, shapes and dtypes, e.g. --input input_ids:1x128:int64"
+                                 ) from exc
+            if ctx.torch_model is None:
+                # The user's ONNX at "all" is the final's baseline: timed now, on this session (a BERT-base
+                # session costs a second), as PyTorch eager is timed before export.
+                self.latency(ctx, Artifact(ctx.source.path, ctx.source.format), "all", full=True, runner=runner)
         finally:
             runner.close()
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
@@ -163,9 +168,7 @@ class Measurements:
         # second): the accuracy of a row is taken at the row's setting, the graph as the stage wrote it.
         shared = None
         try:
-            # The user's model at "all" is also the final's baseline: measured once, in full, here.
-            baseline = before.stage is None and stage.measure_optimization == "all"
-            lat_before = self.latency(ctx, before, stage.measure_optimization, full=baseline)
+            lat_before = self.latency(ctx, before, stage.measure_optimization)
             if accuracy is None and not self._is_torch_source(ctx, after):
                 shared = self.artifact_runner(after, stage.measure_optimization)
             lat_after = self.latency(ctx, after, stage.measure_optimization, runner=shared)
