@@ -6,7 +6,9 @@ candidates start from the exporter's graph and never read what those three stage
 priors (optcli/search/priors.py) say no candidate of the first route can win against the predicted
 winner of the second (on a CPU with VNNI: BERT-base and MiniLM, where NNCF's transformer setting won;
 ResNet-50), the fast search leaves the three stages out: on BERT-base they were 30 of a 93 s compile,
-for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate.
+for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate. Where
+the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself
+as a last resort.
 
 Not taken where the user named nodes to exclude (those names are the quantize stage's input graph's) or
 an INT8 flavour, asked for onnxruntime, where nothing of the second route can be built here (OpenVINO

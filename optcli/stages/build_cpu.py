@@ -160,9 +160,15 @@ class BuildCpuStage(Stage):
         float_art, (calib, ev, reference, names) = self._reference(artifact)
         judge = (reference, names, tol)
         search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
-        if artifact.meta.get("fallback_deferred") and not any(c.passed for c in cands):
-            # The INT8 stage left its fallback search to us: the last resort, now that nothing else passed.
-            last = Candidate(f"{cands[0].name} (fallback)", cands[0].backend, "int8", "fallback", simplicity=8)
+        route = self.ctx.facts.get("cpu_route")
+        routed = route is not None and route.skip is not None  # the fast search left the quantize stage out
+        if (artifact.meta.get("fallback_deferred") or routed) and not any(c.passed for c in cands):
+            # The last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
+            # search), which it deferred to us, or which the route predicted would not be needed.
+            own = next((c for c in cands if c.recipe == "input"), cands[0])
+            name = f"{own.backend}-int8-{route.details.get('flavour')}" if routed and route else own.name
+            last = Candidate(f"{name} ({'last resort' if routed else 'fallback'})", own.backend, "int8", "fallback",
+                             simplicity=8)
             cands.append(last)
             _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, judge, cfg, float_art)
         chosen, why = choose(cands)

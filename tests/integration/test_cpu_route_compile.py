@@ -71,3 +71,28 @@ def test_thorough_or_without_vnni_every_stage_runs(encoder_pt2: Path, data: tupl
     assert r.stage("quantize-int8").status in ("ok", "failed")
     route = r.stage("build-cpu").details.get("route", {})
     assert route.get("onnxruntime_route", "runs") == "runs"
+
+
+def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resort(
+        encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The route bets that OpenVINO's candidates build and pass; where none does (a family OpenVINO cannot
+    # convert, an NNCF miss), build-cpu runs the quantize stage's own INT8 (with its fallback) itself.
+    # OpenVINO's refusal is injected: no graph here converts on onnxruntime but not on OpenVINO.
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: False)
+
+    def refuse(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("injected: OpenVINO refuses this graph")
+
+    monkeypatch.setattr("optcli.backends.openvino.ir.nncf_int8", refuse)
+    monkeypatch.setattr("optcli.backends.openvino.ir.convert_onnx", refuse)
+    r = _compile(encoder_pt2, tmp_path / "o", data)
+    assert r.stage("quantize-int8").reason.startswith("fast search:")
+    cands = {c["name"]: c for c in r.stage("build-cpu").details["candidates"]}
+    tried = [c for c in cands.values() if c["backend"] == "openvino" and c["status"] == "failed"]
+    assert tried and all("injected" in c["reason"] for c in tried)
+    last = cands["onnxruntime-int8-dynamic (last resort)"]
+    assert last["status"] in ("passed", "failed") and last["accuracy"], last
+    if last["status"] == "passed":
+        assert r.status == "ok" and r.final["backend"] == "onnxruntime" and r.final["precision"] == "int8"
+    else:  # missed even with the fallback: the gate fails the run with exit 3, never a traceback
+        assert r.status == "failed" and r.exit_code == 3
