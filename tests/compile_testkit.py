@@ -160,6 +160,44 @@ def make_conv_bn_relu_add(path: Path, opset: int = 17) -> Path:
     return path
 
 
+def make_masked_encoder(path: Path, vocab: int = 50, hidden: int = 8, seq: int = 16) -> Path:
+    """An encoder as onnx.helper builds it: embeddings, one self-attention masked by `attention_mask`,
+    LayerNormalization (what looks_like_encoder calls an encoder). vocab=70000, hidden=64 gives 17.9 MB
+    of weights: a `large` model for the CPU priors."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from optcli.onnx_model import save_onnx
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "emb"),
+             numpy_helper.from_array((rng.standard_normal((hidden, hidden)) * 0.3).astype(np.float32), "wq"),
+             numpy_helper.from_array(np.ones(hidden, np.float32), "gamma"),
+             numpy_helper.from_array(np.zeros(hidden, np.float32), "beta"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-1e4, np.float32), "big"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1")]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
+             helper.make_node("MatMul", ["x", "wq"], ["q"]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "xt"], ["scores"]),
+             helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mf", "ax1"], ["m3"]),
+             helper.make_node("Sub", ["one", "m3"], ["inv"]),
+             helper.make_node("Mul", ["inv", "big"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["biased"]),
+             helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
+             helper.make_node("MatMul", ["probs", "x"], ["ctx"]),
+             helper.make_node("LayerNormalization", ["ctx", "gamma", "beta"], ["hidden"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "masked_encoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", seq])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", seq, hidden])], inits)
+    save_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
 def make_foldable(path: Path) -> Path:
     """X (batch, 2, 2) -> flatten by a Shape/Gather/Concat/Reshape chain that depends on the dynamic batch,
     then @ (W1 + W2) (constant: folded), an Identity (removed), Relu; plus a dead Neg node (removed)."""

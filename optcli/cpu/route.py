@@ -10,10 +10,11 @@ for a candidate measured 1.29x slower. `--search thorough` runs every stage and 
 the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself
 as a last resort.
 
-Not taken where the user named nodes to exclude (those names are the quantize stage's input graph's) or
-an INT8 flavour, asked for onnxruntime, where nothing of the second route can be built here (OpenVINO
-missing, a model whose builds would not fit in memory), or where its predicted winner was less accurate
-in the evidence (the route bets on the winner passing the tolerance).
+Only for models with 16 MB of weights or more (the priors' `large`): on a small one per-call overhead
+decides, and the stages cost little. Not taken where the user named nodes to exclude (those names are
+the quantize stage's input graph's) or an INT8 flavour, asked for onnxruntime, where nothing of the
+second route can be built here (OpenVINO missing, a model whose builds would not fit in memory), or
+where its predicted winner was less accurate in the evidence (the route bets on it passing the tolerance).
 """
 from __future__ import annotations
 
@@ -96,6 +97,11 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
                              batch=ctx.config.bench.batch, facts=backend_facts("int8", cfg)))
     skip_heavy_builds(cands, "fast", size)
     feats = features("int8", ops, encoder, size, u8s8_saturates())
+    if feats.size != "large":
+        # Per-call overhead decides on a small model, the benchmarks behind the route are of large ones,
+        # and its stages cost seconds at most there: on the zoo's ALBERT (0.34 MB) the route's NNCF ran
+        # at 2.3x the latency of onnxruntime's INT8, which it had not built.
+        return Route(details={"features": feats.to_json(), "because": "a small model: every stage runs"})
     live = [c for c in cands if not c.skip]
     preds = {c.name: predict(feats, f"{c.backend}:{c.recipe}") for c in live}
     needs = [c for c in live if c.builder is not None and c.builder.needs_int8_graph]

@@ -1,7 +1,7 @@
-"""The fast search's route end to end (optcli/cpu/route.py): an INT8 compile of an encoder on a CPU with
-VNNI leaves simplify, fuse and the quantize stage out and builds OpenVINO's NNCF candidate from the
-exporter's graph; `--search thorough`, and a CPU without VNNI, run every stage. Real export, NNCF,
-OpenVINO and onnxruntime; the CPU's INT8 instruction set is the one thing the test sets."""
+"""The fast search's route end to end (optcli/cpu/route.py): an INT8 compile of a large encoder (17.9 MB)
+on a CPU with VNNI leaves simplify, fuse and the quantize stage out and builds OpenVINO's NNCF candidate
+from the user's graph; `--search thorough`, and a CPU without VNNI, run every stage. Real NNCF, OpenVINO
+and onnxruntime; the CPU's INT8 instruction set is the one thing the test sets."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from optcli import api
+
+from compile_testkit import make_masked_encoder
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -20,9 +22,9 @@ ROUTE = ("simplify", "fuse", "quantize-int8")
 def _data(folder: Path, n: int, seed: int) -> Path:
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, 9, n)
-    mask = (np.arange(8)[None, :] < lengths[:, None]).astype(np.int64)
-    ids = np.where(mask == 1, rng.integers(1, 50, (n, 8)), 0).astype(np.int64)
+    lengths = rng.integers(3, 17, n)
+    mask = (np.arange(16)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, rng.integers(1, 70000, (n, 16)), 0).astype(np.int64)
     np.savez(folder / "part-000.npz", input_ids=ids, attention_mask=mask)
     return folder
 
@@ -33,21 +35,26 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return _data(root / "calib", 32, 0), _data(root / "eval", 16, 1)
 
 
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_masked_encoder(tmp_path_factory.mktemp("route-model") / "encoder.onnx", vocab=70000, hidden=64)
+
+
 def _compile(model: Path, out: Path, data: tuple[Path, Path], **options: object):
     calib, ev = data
     return api.compile(model, out=out, int8=True, calib=calib, eval=ev, bench=False, check=False, **options)
 
 
-def test_vnni_encoder_compiles_without_onnxruntimes_route(encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path,
+def test_vnni_encoder_compiles_without_onnxruntimes_route(encoder: Path, data: tuple[Path, Path], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: False)
-    r = _compile(encoder_pt2, tmp_path / "o", data)
+    r = _compile(encoder, tmp_path / "o", data)
     for name in ROUTE:
         st = r.stage(name)
         assert st.status == "skipped" and st.reason.startswith("fast search:"), (name, st.status, st.reason)
         assert not list((tmp_path / "o").glob(f"*-{name}")), f"{name} wrote a folder"
+    assert r.status == "ok", r.error
     build = r.stage("build-cpu")
-    assert build.status in ("ok", "failed"), build.reason  # failed only at the accuracy gate
     assert build.details["route"]["onnxruntime_route"] == "skipped"
     cands = {c["name"]: c for c in build.details["candidates"]}
     assert cands["onnxruntime-int8"]["status"] == "skipped"
@@ -56,15 +63,14 @@ def test_vnni_encoder_compiles_without_onnxruntimes_route(encoder_pt2: Path, dat
     assert built and all(c["backend"] == "openvino" for c in built)
     # NNCF built from the exporter's graph (the unpad stage's where it applied): no second rewrite of it
     assert "unpad_source" not in build.details
-    if r.status == "ok":
-        assert r.final["backend"] == "openvino" and r.final["precision"] == "int8"
+    assert r.final["backend"] == "openvino" and r.final["precision"] == "int8"
 
 
 @pytest.mark.parametrize("how", ["thorough", "plain"])
-def test_thorough_or_without_vnni_every_stage_runs(encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path,
+def test_thorough_or_without_vnni_every_stage_runs(encoder: Path, data: tuple[Path, Path], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: how == "plain")
-    r = _compile(encoder_pt2, tmp_path / "o", data, **({"search": "thorough"} if how == "thorough" else {}))
+    r = _compile(encoder, tmp_path / "o", data, **({"search": "thorough"} if how == "thorough" else {}))
     for name in ROUTE:
         st = r.stage(name)
         assert not (st.reason or "").startswith("fast search"), (name, st.reason)
@@ -74,7 +80,7 @@ def test_thorough_or_without_vnni_every_stage_runs(encoder_pt2: Path, data: tupl
 
 
 def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resort(
-        encoder_pt2: Path, data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        encoder: Path, data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The route bets that OpenVINO's candidates build and pass; where none does (a family OpenVINO cannot
     # convert, an NNCF miss), build-cpu runs the quantize stage's own INT8 (with its fallback) itself.
     # OpenVINO's refusal is injected: no graph here converts on onnxruntime but not on OpenVINO.
@@ -85,7 +91,7 @@ def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resor
 
     monkeypatch.setattr("optcli.backends.openvino.ir.nncf_int8", refuse)
     monkeypatch.setattr("optcli.backends.openvino.ir.convert_onnx", refuse)
-    r = _compile(encoder_pt2, tmp_path / "o", data)
+    r = _compile(encoder, tmp_path / "o", data)
     assert r.stage("quantize-int8").reason.startswith("fast search:")
     cands = {c["name"]: c for c in r.stage("build-cpu").details["candidates"]}
     tried = [c for c in cands.values() if c["backend"] == "openvino" and c["status"] == "failed"]

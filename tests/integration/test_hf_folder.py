@@ -72,10 +72,7 @@ def test_int8_of_a_folder(folders: dict[str, Path], tmp_path: Path) -> None:
     assert code == 0, err
     report = read_report(tmp_path / "o")
     quant = next(s for s in report["stages"] if s["name"] == "quantize-int8")
-    # On a CPU with VNNI the fast search leaves the quantize stage out for an encoder (optcli/cpu/route.py):
-    # OpenVINO's NNCF candidates start from the exporter's graph.
-    assert quant["status"] == "ok" or quant["reason"].startswith("fast search:"), quant
-    assert report["final"]["precision"] == "int8"
+    assert quant["status"] == "ok" and report["final"]["precision"] == "int8"
 
 
 def test_folder_needing_its_own_code_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
