@@ -127,6 +127,8 @@ PRIORS: tuple[Prior, ...] = (
     Prior("int8", NNCF, 1.0, 0.05, f"{_CPU}: ResNet-50 NNCF default 12.1 ms, the choice", kind="conv", size="large"),
     Prior("int8", S8S8, 1.05, 0.15, f"{_CPU}: ResNet-50 s8/s8 Q/DQ 0.86x and 1.12x NNCF's latency in two runs",
           kind="conv", size="large"),
+    Prior("int8", S8S8, 1.10, 0.05, f"{_CPU}, compile time (VNNI): ResNet-50 s8/s8 Q/DQ 1.106x and 1.10x NNCF's "
+          "latency (fast and thorough search, one run each)", kind="conv", size="large", int8_isa="vnni"),
     Prior("int8", OV_CONVERT_INPUT, 1.08, 0.05, f"{_CPU}: ResNet-50 OpenVINO u8/s8 Q/DQ 1.07-1.09x NNCF's",
           kind="conv", size="large"),
     Prior("int8", ORT_INPUT, 3.0, 0.3, "docs ENVIRONMENT: ResNet-50 onnxruntime static INT8 1.5x eager vs NNCF 7.0x",
