@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from optcli.cli.render import _STATUS_WIDTH, report_table
+from optcli.cli.render import _STATUS_WIDTH, final_lines, report_table
 from optcli.report import RunReport, StageReport
 
 
@@ -20,3 +20,22 @@ def test_long_reasons_are_cut_and_brackets_survive() -> None:
     assert sum("openvino-int8" in line for line in text.splitlines()) <= 1
     assert "set [cpu] search" in text
     assert len(long) > _STATUS_WIDTH
+
+
+def _final(p50: float, baseline_p50: float) -> RunReport:
+    report = RunReport(optcli_version="0", model={"path": "m.onnx"}, target="cpu", environment={}, config={})
+    report.final = {"artifact": "06-build-cpu/model.onnx", "precision": "int8", "backend": "onnxruntime",
+                    "size_bytes": 1e6,
+                    "latency_ms": {"p50": p50, "p90": p50, "p99": p50, "runtime": "onnxruntime-cpu",
+                                   "settings": {"graph_optimization": "all"}, "batch": 1},
+                    "reference_latency_ms": {"p50": baseline_p50, "runtime": "onnxruntime-cpu"}}
+    return report
+
+
+def test_a_final_artifact_slower_than_its_baseline_is_a_warning_not_a_speedup_below_one() -> None:
+    # The zoo's YOLOS .onnx row: INT8 at 0.61x the user's FP32 ONNX was printed as "0.61x faster".
+    slower = "\n".join(final_lines(_final(1.0, 0.61)))
+    assert "faster than" not in slower
+    assert "warning: the final artifact is 1.64x SLOWER than the baseline, onnxruntime-cpu" in slower
+    assert "2.00x faster than onnxruntime-cpu" in "\n".join(final_lines(_final(0.5, 1.0)))
+    assert "0.97x faster than" in "\n".join(final_lines(_final(1.0, 0.97)))  # within noise: no alarm
