@@ -31,7 +31,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         files.extend(path.parent / f for f in onnx_external_files(path))
     # A run hashes the same 440 MB file several times (a stage's output is the next one's input): once
     # per version of the files in this process is enough. Nothing is kept on disk.
-    key = (str(path.resolve()), tuple((str(f), *_version(f)) for f in files))
+    key = (str(path.resolve()), tuple(file_version(f) for f in files))
     if key in _hashes:
         return _hashes[key]
     for f in files:
@@ -49,9 +49,11 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 _hashes: dict[tuple[Any, ...], str] = {}
 
 
-def _version(f: Path) -> tuple[int, int, int]:
+def file_version(f: Path) -> tuple[str, int, int, int]:
+    """What tells one version of a file from another within a process: path, size, mtime and inode (a
+    save unlinks and rewrites, so a new version has a new inode). The key of in-process caches only."""
     st = f.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
+    return str(f.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
 
 
 @dataclass

@@ -51,9 +51,11 @@ def graph_view(path: Path) -> Any:
     small constants): a copy of a weightless proto parsed once per file version in this process (a
     BERT-base parse is 0.5-0.8 s and a compile reads each graph several times). Big tensors have no
     bytes: never save it or run it; load_onnx is for that."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
     import onnx
+
+    from optcli.artifact import file_version
+
+    key = file_version(path)
 
     view = _views.get(key)
     if view is None:
@@ -222,12 +224,9 @@ def tensor_bytes(t: Any) -> int:
 
 
 def inline_tensor_bytes(model: Any) -> int:
-    """Bytes of the tensors stored inside the model (initializers and Constant values, from their
-    shapes; external ones are not counted): a cheap lower bound of its serialized size."""
-    total = sum(tensor_bytes(t) for t in model.graph.initializer)
-    for node in model.graph.node:
-        total += sum(tensor_bytes(a.t) for a in node.attribute if a.HasField("t"))
-    return total
+    """Bytes of the tensors stored inside the model (initializers and Constant values, subgraphs' too,
+    from their shapes; external ones are not counted): a cheap lower bound of its serialized size."""
+    return sum(tensor_bytes(t) for t in _all_tensors(model.graph))
 
 
 def has_symbolic_batch(model: Any) -> bool:

@@ -160,6 +160,23 @@ def make_conv_bn_relu_add(path: Path, opset: int = 17) -> Path:
     return path
 
 
+def masked_self_attention() -> list[Any]:
+    """One single-head self-attention of `x` (batch x S x H) masked by the graph input `attention_mask`,
+    into `ctx`. Reads the initializers wq (H x H), one (1.0), big (-1e4) and ax1 ([1])."""
+    from onnx import TensorProto, helper
+
+    return [helper.make_node("MatMul", ["x", "wq"], ["q"]),
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", ["q", "xt"], ["scores"]),
+            helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["mf", "ax1"], ["m3"]),
+            helper.make_node("Sub", ["one", "m3"], ["inv"]),
+            helper.make_node("Mul", ["inv", "big"], ["bias"]),
+            helper.make_node("Add", ["scores", "bias"], ["biased"]),
+            helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
+            helper.make_node("MatMul", ["probs", "x"], ["ctx"])]
+
+
 def make_masked_encoder(path: Path, vocab: int = 50, hidden: int = 8, seq: int = 16) -> Path:
     """An encoder as onnx.helper builds it: embeddings, one self-attention masked by `attention_mask`,
     LayerNormalization (what looks_like_encoder calls an encoder). vocab=70000, hidden=64 gives 17.9 MB
@@ -177,17 +194,7 @@ def make_masked_encoder(path: Path, vocab: int = 50, hidden: int = 8, seq: int =
              numpy_helper.from_array(np.array(1.0, np.float32), "one"),
              numpy_helper.from_array(np.array(-1e4, np.float32), "big"),
              numpy_helper.from_array(np.array([1], np.int64), "ax1")]
-    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
-             helper.make_node("MatMul", ["x", "wq"], ["q"]),
-             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
-             helper.make_node("MatMul", ["q", "xt"], ["scores"]),
-             helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
-             helper.make_node("Unsqueeze", ["mf", "ax1"], ["m3"]),
-             helper.make_node("Sub", ["one", "m3"], ["inv"]),
-             helper.make_node("Mul", ["inv", "big"], ["bias"]),
-             helper.make_node("Add", ["scores", "bias"], ["biased"]),
-             helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
-             helper.make_node("MatMul", ["probs", "x"], ["ctx"]),
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x"]), *masked_self_attention(),
              helper.make_node("LayerNormalization", ["ctx", "gamma", "beta"], ["hidden"], axis=-1)]
     graph = helper.make_graph(
         nodes, "masked_encoder",

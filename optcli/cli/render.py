@@ -48,7 +48,6 @@ class Progress:
 _STATUS_WIDTH = 48
 
 
-
 # A final artifact below this share of the baseline's speed is reported as slower, with a warning.
 SLOWER_THAN_BASELINE = 0.95
 

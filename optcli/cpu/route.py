@@ -43,12 +43,18 @@ class Route:
 
 def cpu_route(ctx: StageContext, artifact: Artifact) -> Route:
     """The run's route, decided on the first call (from the first ONNX graph of the run) and kept."""
-    known = ctx.facts.get(_FACT)
-    if isinstance(known, Route):
+    known = decided_route(ctx)
+    if known is not None:
         return known
     route = _decide(ctx, artifact)
     ctx.facts[_FACT] = route
     return route
+
+
+def decided_route(ctx: StageContext) -> Route | None:
+    """The run's route where a stage already asked for it, else None (build-cpu reads it, never decides)."""
+    known = ctx.facts.get(_FACT)
+    return known if isinstance(known, Route) else None
 
 
 def stage_skip(ctx: StageContext, artifact: Artifact, stage: str) -> str | None:
@@ -122,6 +128,7 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
     if could:
         details["because"] = f"{', '.join(could)} could win"
         return Route(details=details)
-    losers = "; ".join(f"{n} {reason.split(':')[0]}" for n, reason in why.items() if reason)
+    losers = "; ".join(f"{c.name} predicted {preds[c.name].ratio:.2f}x (+-{preds[c.name].spread:.0%}) the "
+                       f"winner's latency" for c in needs)
     return Route(f"{lead.name} is predicted to win and onnxruntime's INT8 route cannot ({losers}), so "
                  "only the exporter's graph is needed", details)

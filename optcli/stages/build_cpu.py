@@ -32,6 +32,7 @@ from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
+from optcli.cpu.route import decided_route
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
@@ -90,7 +91,7 @@ class BuildCpuStage(Stage):
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
             if artifact.precision != "int8":  # the fast search's route left the quantize stage out
-                route = self.ctx.facts.get("cpu_route")
+                route = decided_route(self.ctx)
                 no_int8_graph = (f"not built (fast search): the quantize stage did not run ({route.skip})"
                                  if route is not None and route.skip else "the quantize stage made no INT8 graph")
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
@@ -160,7 +161,7 @@ class BuildCpuStage(Stage):
         float_art, (calib, ev, reference, names) = self._reference(artifact)
         judge = (reference, names, tol)
         search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
-        route = self.ctx.facts.get("cpu_route")
+        route = decided_route(self.ctx)
         routed = route is not None and route.skip is not None  # the fast search left the quantize stage out
         if (artifact.meta.get("fallback_deferred") or routed) and not any(c.passed for c in cands):
             # The last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
@@ -196,7 +197,6 @@ class BuildCpuStage(Stage):
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
-        route = self.ctx.facts.get("cpu_route")
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
         twins = self.ctx.facts.get("unpad_twins")
@@ -239,9 +239,7 @@ class BuildCpuStage(Stage):
         arrays = sample.arrays if sample is not None else random_inputs(self.ctx.inputs, batch, seed=1,
                                                                         int_high=self.ctx.int_high)
         ops = op_histogram(graph_view(float_art.path)) if float_art else {}
-        model = float_art.path if float_art else self.ctx.source.path
-        weights = sum(p.stat().st_size for p in (model, *[model.parent / f for f in onnx_external_files(model)])
-                      if p.is_file()) if float_art else model.stat().st_size
+        weights = float_art.size_bytes if float_art else self.ctx.source.path.stat().st_size
         feats = features(self.ctx.config.quantize.precision, ops, looks_like_encoder(ops), weights, u8s8_saturates())
 
         def build(cand: Candidate) -> None:

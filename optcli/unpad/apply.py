@@ -158,9 +158,9 @@ def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, i
 
 def length_figures(mask: np.ndarray, length: int, bucket: int) -> dict[str, Any]:
     """The data's valid lengths and the share of positions the rewrite computes at batch 1."""
-    valid = (mask != 0).sum(1)
     from optcli.length_buckets import row_extents
 
+    valid = (mask != 0).sum(1)
     extent = row_extents(mask)
     computed = np.minimum(-(-np.maximum(extent, 1) // bucket) * bucket, length)
     return {"median": float(np.median(valid)), "min": int(valid.min()), "max": int(valid.max()),

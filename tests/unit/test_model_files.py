@@ -30,6 +30,16 @@ def test_the_estimate_counts_initializers_and_constants(in_constant: bool) -> No
     assert inline_tensor_bytes(_model(in_constant)) == 64 * 64 * 4
 
 
+def test_the_estimate_counts_tensors_inside_subgraphs() -> None:
+    # An If branch's Constant is stored in the model as much as a top-level one (protobuf's 2 GiB counts it).
+    w = numpy_helper.from_array(np.ones((32, 32), np.float32), "w")
+    branch = helper.make_graph([helper.make_node("Constant", [], ["w"], value=w)], "b", [],
+                               [helper.make_tensor_value_info("w", TensorProto.FLOAT, [32, 32])])
+    m = _model()
+    m.graph.node.append(helper.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch))
+    assert inline_tensor_bytes(m) == 64 * 64 * 4 + 2 * 32 * 32 * 4
+
+
 def test_external_tensors_are_not_counted() -> None:
     m = _model()
     m.graph.initializer[0].data_location = TensorProto.EXTERNAL

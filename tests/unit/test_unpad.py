@@ -21,6 +21,8 @@ from optcli.unpad.graph import find_plan, rewrite
 from optcli.unpad.options import unpad_config
 from optcli.unpad.verify import MAX_DATA_SAMPLES, right_padded, sequence_axes, spanning_rows, synthetic_samples
 
+from compile_testkit import masked_self_attention
+
 ort = pytest.importorskip("onnxruntime")
 S, H, V = 32, 8, 50
 
@@ -44,18 +46,7 @@ def encoder(leak: bool = False, symbolic: bool = False, H: int = H) -> object:
     else:  # a position embedding folded to a constant of the padded length, as exporters leave it
         inits.append(numpy_helper.from_array(rng.standard_normal((1, S, H)).astype(np.float32), "pos"))
         nodes.append(helper.make_node("Add", ["tok", "pos"], ["x"]))
-    nodes += [
-        helper.make_node("MatMul", ["x", "wq"], ["q"]),
-        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "xt"], ["scores"]),
-        helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
-        helper.make_node("Unsqueeze", ["mf", "ax1"], ["m3"]),
-        helper.make_node("Sub", ["one", "m3"], ["inv"]),
-        helper.make_node("Mul", ["inv", "big"], ["bias"]),
-        helper.make_node("Add", ["scores", "bias"], ["biased"]),
-        helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
-        helper.make_node("MatMul", ["probs", "x"], ["ctx"]),
-    ]
+    nodes += masked_self_attention()
     if symbolic:
         nodes.append(helper.make_node("Identity", ["ctx"], ["hidden"]))
     else:
