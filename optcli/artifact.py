@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optcli.file_version import file_version
+
 def onnx_external_files(path: Path) -> list[str]:
     """The external data files an ONNX graph references ([] for a file that does not parse, or points
     outside its folder: whatever opens it next says why, this only names what belongs to it)."""
@@ -47,13 +49,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 _hashes: dict[tuple[Any, ...], str] = {}
-
-
-def file_version(f: Path) -> tuple[str, int, int, int]:
-    """What tells one version of a file from another within a process: path, size, mtime and inode (a
-    save unlinks and rewrites, so a new version has a new inode). The key of in-process caches only."""
-    st = f.stat()
-    return str(f.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
 
 
 @dataclass

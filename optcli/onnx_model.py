@@ -53,7 +53,7 @@ def graph_view(path: Path) -> Any:
     bytes: never save it or run it; load_onnx is for that."""
     import onnx
 
-    from optcli.artifact import file_version
+    from optcli.file_version import file_version
 
     key = file_version(path)
 
