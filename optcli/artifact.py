@@ -8,6 +8,7 @@ from typing import Any
 
 from optcli.file_version import file_version
 
+
 def onnx_external_files(path: Path) -> list[str]:
     """The external data files an ONNX graph references ([] for a file that does not parse, or points
     outside its folder: whatever opens it next says why, this only names what belongs to it)."""
