@@ -130,10 +130,10 @@ class Pipeline:
                    **({"loaded_as": ctx.torch_model.loaded_as} if ctx.torch_model and ctx.torch_model.loaded_as else {})},
             target=target, environment=environment(), config=self.config.to_json(),
             stages=[StageReport(s.name) for s in stages], config_file=self.config.config_file_record())
-        report.write(self.out)
-        self.emit("run_start", {"stages": [s.name for s in stages], "target": target, "out": str(self.out)})
         self._current: StageReport | None = None
-        try:
+        try:  # from the first write on: a SIGTERM during it must still end as `interrupted`
+            report.write(self.out)
+            self.emit("run_start", {"stages": [s.name for s in stages], "target": target, "out": str(self.out)})
             self._run_stages(ctx, stages, report)
         except OptcliError as exc:
             self._record_end(report, exc)

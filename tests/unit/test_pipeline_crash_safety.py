@@ -36,6 +36,31 @@ def leftovers(out: Path) -> list[str]:
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name.endswith((".partial", ".old")))
 
 
+def test_sigterm_during_the_first_report_write(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Path,
+                                                tmp_path: Path) -> None:
+    # The first report.write (report.md still being written) came before the run's try: a SIGTERM there
+    # left report.json at `running` (seen in CI: the SIGTERM test polls for any .partial, the report's own).
+    from optcli.errors import Terminated
+    from optcli.report import RunReport
+
+    out = tmp_path / "out"
+    real, calls = RunReport.write, []
+
+    def write_then_terminated(self, out_dir: Path) -> None:
+        real(self, out_dir)
+        calls.append(self.status)
+        if len(calls) == 1:
+            raise Terminated()
+
+    monkeypatch.setattr(RunReport, "write", write_then_terminated)
+    with pytest.raises(Terminated):
+        Pipeline(config(matmul_onnx, out)).run()
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["error"]["exit_code"] == 143
+    assert all(s["status"] in ("skipped", "not-run") for s in report["stages"]), report["stages"]
+    assert leftovers(out) == []
+
+
 def test_ctrl_c_inside_a_stage(monkeypatch: pytest.MonkeyPatch, matmul_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     monkeypatch.setattr(SimplifyStage, "run", half_write_then(KeyboardInterrupt()))
