@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
 from typing import Any
 
 import click
 
+from optcli.cli import signals
 from optcli.version import __version__
 from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
 
@@ -58,18 +58,6 @@ def _print_error(message: str, hint: str | None) -> None:
         click.echo(f"hint: {' '.join(str(hint).splitlines())}", err=True)
 
 
-def _raise_terminated(_signum: int, _frame: Any) -> None:
-    raise Terminated()
-
-
-def _on_sigterm() -> Any:
-    """SIGTERM ends a run like Ctrl-C (report marked, partial folders removed); returns the old handler."""
-    try:
-        return signal.signal(signal.SIGTERM, _raise_terminated)
-    except ValueError:  # not the main thread (e.g. main() called from a worker): leave signals alone
-        return None
-
-
 def _click_message(exc: click.ClickException) -> str:
     return " ".join(exc.format_message().split())
 
@@ -88,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     before = os.environ.get("OPTCLI_DEBUG")
     if debug:  # commands that print an error recorded in a report print its traceback too
         os.environ["OPTCLI_DEBUG"] = "1"
-    previous_term = _on_sigterm()
+    previous_handlers = signals.install()  # Ctrl-C and SIGTERM end a run like an error, never mid-import
     try:
         code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
     except OptcliError as exc:
@@ -110,8 +98,7 @@ def main(argv: list[str] | None = None) -> None:
                      "rerun with --debug for the traceback, and report it")
         sys.exit(EXIT_STAGE_FAILED)
     finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        signals.restore(previous_handlers)
         if before is None:
             os.environ.pop("OPTCLI_DEBUG", None)
         else:
