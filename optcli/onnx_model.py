@@ -189,22 +189,64 @@ def save_onnx(model: Any, path: Path) -> list[str]:
 
     # Serialized once: upb's ByteSize() costs a whole serialization (1 s on BERT-base, per save), so the
     # size is estimated from the tensors' shapes first and checked on the bytes.
-    data = None
+    parts = None
     if not near_protobuf_limit(inline_tensor_bytes(model)):
         try:
-            data = model.SerializeToString()
+            parts = serialized_parts(model)
         except ValueError:  # over protobuf's 2 GiB after all
-            data = None
-        if data is not None and near_protobuf_limit(len(data)):
-            data = None
-    if data is None:
+            parts = None
+        if parts is not None and near_protobuf_limit(sum(len(p) for p in parts)):
+            parts = None
+    if parts is None:
         location = path.name + ".data"
         # convert_attribute: Constant nodes' tensors count toward the limit as much as initializers.
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=location, size_threshold=1024, convert_attribute=True)
         return [location] if (path.parent / location).exists() else []
-    path.write_bytes(data)
+    with open(path, "wb") as f:
+        f.writelines(parts)
     return []
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _copy_fields(src: Any, dst: Any, leave: str) -> None:
+    """dst = src without the field `leave` (a shallow walk: the fields themselves are copied whole)."""
+    for fd, value in src.ListFields():
+        if fd.name == leave:
+            continue
+        if fd.label == fd.LABEL_REPEATED:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def serialized_parts(model: Any) -> list[bytes]:
+    """The model's protobuf bytes as pieces whose concatenation parses to the same model: the model and
+    graph without their initializers, then each initializer as its own graph field (protobuf takes
+    fields in any order). upb serializes one big message several times slower than its pieces (BERT-base:
+    1.0-1.7 s against 0.45 s, most of it growing one 440 MB buffer), and the pieces need no join."""
+    import onnx
+
+    graph_head = onnx.GraphProto()
+    _copy_fields(model.graph, graph_head, "initializer")
+    head = onnx.ModelProto()
+    _copy_fields(model, head, "graph")
+    graph = [graph_head.SerializeToString()]
+    for t in model.graph.initializer:
+        b = t.SerializeToString()
+        graph += [b"\x2a" + _varint(len(b)), b]  # GraphProto.initializer: field 5, length-delimited
+    size = sum(len(p) for p in graph)
+    return [head.SerializeToString(), b"\x3a" + _varint(size), *graph]  # ModelProto.graph: field 7
 
 
 def tensor_bytes(t: Any) -> int:
