@@ -75,6 +75,10 @@ class BenchConfig(Freezable):
     runs: int = 50
     min_seconds: float = 0.5
     max_seconds: float = 5.0
+    # A full measurement (the final artifact, its baseline) also stops, from SETTLE_MIN_RUNS_FULL calls on,
+    # once its median's 95% interval is within +-settle of it: 50 calls of a 65 ms model were 3 of a
+    # BERT-base compile's 38 s for a figure known to +-1% after 20 (issue 16). 0: always `runs` calls.
+    settle: float = 0.01
     batch: int = 1
     threads: int | None = None        # intra-op threads; None = the machine's cores
 
@@ -191,6 +195,9 @@ class CompileConfig(Freezable):
         if self.time_budget is not None and not (isinstance(self.time_budget, (int, float)) and self.time_budget > 0):
             raise UsageError(f"time budget {self.time_budget!r} must be a positive number of seconds",
                              hint="e.g. --time-budget 60")
+        if not (isinstance(self.bench.settle, (int, float)) and 0 <= self.bench.settle < 1):
+            raise UsageError(f"bench settle {self.bench.settle!r} must be a fraction in [0, 1)",
+                             hint="e.g. [bench] settle = 0.01 (+-1%), or 0 to always time `runs` calls")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
         from optcli.quantize.tolerance import check_bounds

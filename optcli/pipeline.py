@@ -141,6 +141,8 @@ class Pipeline:
             self._record_end(report, exc)
             self._finish(report, t_start)
             raise
+        finally:
+            ctx.runners.close()
         self._finish(report, t_start)
         self.emit("run_end", {"status": report.status})
         return report

@@ -24,6 +24,8 @@ from optcli.tensor_spec import format_shape, random_inputs
 STAGE_SETTLE = 0.05
 STAGE_MAX_SECONDS = 1.0
 STAGE_WARMUP_RUNS = 2
+# A full measurement may stop early ([bench] settle) only from this many calls on: its p90 needs them.
+SETTLE_MIN_RUNS_FULL = 20
 
 
 class Measurements:
@@ -39,24 +41,24 @@ class Measurements:
                           sort_keys=True, default=str)
 
     # -- runners -----------------------------------------------------------------------------
+    # Runners are borrowed from the run's pool (ctx.runners) and released to it, not closed: the same
+    # artifact at the same setting is opened once for its row, its accuracy and the final measurement.
     def source_runner(self, ctx: StageContext) -> Any:
         if ctx.torch_model is not None:
             from optcli.backends.torch.runner import TorchRunner
 
             return TorchRunner(ctx.torch_model.module, ctx.inputs, threads=self.config.bench.threads)
-        from optcli.runtime import open_runner
+        return ctx.runners.borrow(ctx.source.path, ctx.source.format, optimization="all",
+                                  threads=self.config.bench.threads)
 
-        return open_runner(ctx.source.path, ctx.source.format, optimization="all", threads=self.config.bench.threads)
-
-    def artifact_runner(self, artifact: Artifact, optimization: str) -> Any:
+    def artifact_runner(self, ctx: StageContext, artifact: Artifact, optimization: str) -> Any:
         from optcli.backends.registry import for_format
-        from optcli.runtime import open_runner
 
         options: dict[str, Any] = {"threads": self.config.bench.threads}
         if for_format(artifact.format).takes_optimization:
             options["optimization"] = optimization
         options.update(artifact.meta.get("runner_options", {}))  # e.g. an OpenVINO IR's precision
-        return open_runner(artifact.path, artifact.format, **options)
+        return ctx.runners.borrow(artifact.path, artifact.format, **options)
 
     # -- the reference and accuracy ----------------------------------------------------------
     def reference(self, ctx: StageContext) -> dict[str, Any]:
@@ -78,21 +80,22 @@ class Measurements:
                 # session costs a second), as PyTorch eager is timed before export.
                 self.latency(ctx, Artifact(ctx.source.path, ctx.source.format), "all", full=True, runner=runner)
         finally:
-            runner.close()
+            ctx.runners.release(runner)
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
         return {"feeds": feeds, "outputs": outs, "kind": kind}
 
-    def accuracy(self, artifact: Artifact, reference: dict[str, Any], runner: Any = None) -> dict[str, Any]:
-        """The artifact's outputs against the reference's; on `runner` where one is open (not closed here)."""
+    def accuracy(self, ctx: StageContext, artifact: Artifact, reference: dict[str, Any],
+                 runner: Any = None) -> dict[str, Any]:
+        """The artifact's outputs against the reference's; on `runner` where one is open (not released here)."""
         own = runner is None
-        runner = self.artifact_runner(artifact, "all") if own else runner
+        runner = self.artifact_runner(ctx, artifact, "all") if own else runner
         try:
             outs = runner.run_normalized(runner.normalize(reference["feeds"]))
             names = [o.name for o in runner.outputs]
             setting = dict(getattr(runner, "settings", {}) or {}).get("graph_optimization")
         finally:
             if own:
-                runner.close()
+                ctx.runners.release(runner)
         summary = compare_outputs(reference["outputs"], outs, names)
         if setting:
             summary["graph_optimization"] = setting
@@ -106,9 +109,13 @@ class Measurements:
         return artifact.stage is None and ctx.torch_model is not None
 
     def _key(self, ctx: StageContext, artifact: Artifact, optimization: str, full: bool) -> tuple[str, str, str]:
+        from optcli.backends.registry import for_format
+
         depth = "full" if full else "stage"
         if self._is_torch_source(ctx, artifact):
             return (str(artifact.path), "eager", depth)  # PyTorch has no optimization levels
+        if not for_format(artifact.format).takes_optimization:
+            optimization = "-"  # an IR or an engine runs one way: its row and the final are one measurement
         return (artifact.sha256, optimization, depth)
 
     def latency(self, ctx: StageContext, artifact: Artifact, optimization: str = "disabled",
@@ -128,13 +135,14 @@ class Measurements:
         own = runner is None
         if own:
             runner = self.source_runner(ctx) if self._is_torch_source(ctx, artifact) else \
-                self.artifact_runner(artifact, optimization)
+                self.artifact_runner(ctx, artifact, optimization)
         try:
             feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
-            # A full measurement keeps [bench]'s promise (at least `runs` calls, docs/cli.md); a stage row
-            # stops early once its median is known to +-5%: the stage table needs a figure, not a study.
+            # A full measurement times `runs` calls or stops once its median is known to +-[bench] settle
+            # (from 20 calls on); a stage row stops once it is known to +-5%: a figure, not a study.
             budget: dict[str, Any] = dict(warmup_runs=bench.warmup_runs, warmup_seconds=bench.warmup_seconds,
-                                          min_seconds=bench.min_seconds, max_seconds=bench.max_seconds)
+                                          min_seconds=bench.min_seconds, max_seconds=bench.max_seconds,
+                                          settle=bench.settle or None, settle_min_runs=SETTLE_MIN_RUNS_FULL)
             if not full:
                 budget = dict(warmup_runs=min(bench.warmup_runs, STAGE_WARMUP_RUNS),
                               warmup_seconds=min(bench.warmup_seconds, 0.1),
@@ -144,7 +152,7 @@ class Measurements:
             stats = stats_from_samples(samples, bench.batch, runner.backend, getattr(runner, "settings", {}))
         finally:
             if own:
-                runner.close()
+                ctx.runners.release(runner)
         self._latency[key] = stats
         return stats
 
@@ -170,14 +178,14 @@ class Measurements:
         try:
             lat_before = self.latency(ctx, before, stage.measure_optimization)
             if accuracy is None and not self._is_torch_source(ctx, after):
-                shared = self.artifact_runner(after, stage.measure_optimization)
-            lat_after = self.latency(ctx, after, stage.measure_optimization, runner=shared)
-            record.accuracy = accuracy if accuracy is not None else self.accuracy(after, reference, runner=shared)
+                shared = self.artifact_runner(ctx, after, stage.measure_optimization)
+            lat_after = self.latency(ctx, after, stage.measure_optimization, full=stage.builds_deployable, runner=shared)
+            record.accuracy = accuracy if accuracy is not None else self.accuracy(ctx, after, reference, runner=shared)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
         finally:
             if shared is not None:
-                shared.close()
+                ctx.runners.release(shared)
         record.latency_ms = {"before": lat_before.to_json() if lat_before else None,
                              "after": lat_after.to_json() if lat_after else None}
 

@@ -143,7 +143,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @click.option("--transformer-fusion", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)
 @click.option("--no-bench", is_flag=True, help="Do not measure latency around stages.")
 @click.option("--bench-runs", type=click.IntRange(1), default=50, show_default=True,
-              help="Timed runs per latency measurement (at least).")
+              help="Timed runs of the final artifact and its baseline (fewer once the median is known to "
+                   "+-1%: [bench] settle).")
 @click.option("--threads", type=click.IntRange(1), help="Intra-op threads [all cores].")
 @click.option("--fp16", is_flag=True, help="Convert to FP16 (FP32 inputs/outputs kept), gated on accuracy.")
 @click.option("--int8", is_flag=True, help="Quantize to INT8 with calibration data (--calib), gated on accuracy.")

@@ -62,12 +62,14 @@ def skip_heavy_builds(cands: list[Candidate], search: str, weight_bytes: int) ->
 
 def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], None],
                       check: Callable[[Candidate], None], open_runner: Callable[[Candidate], Any],
+                      release_runner: Callable[[Any], None] = lambda r: r.close(),
                       arrays: dict[str, Any], batch: int, cfg: CpuConfig, feats: Features,
                       deadline: float | None,
                       budget_used: Callable[[Candidate], float | None] | None = None,
                       weight_bytes: int = 0) -> tuple[SearchResult, dict[str, Any]]:
     """Build (`build` fills cand.path), check (`check` fills cand.accuracy and cand.failure) and measure
-    the candidates not skipped, fast or thorough per `cfg.search`. Returns (result, measurement facts)."""
+    the candidates not skipped, fast or thorough per `cfg.search`; runners come from `open_runner` and
+    go back through `release_runner`. Returns (result, measurement facts)."""
     from optcli.cpu.measure import time_block
 
     skip_heavy_builds(cands, cfg.search, weight_bytes)
@@ -100,7 +102,7 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
                             free={n for n, c in todo.items() if c.recipe == "input"}, budget_used=budget_used)
     finally:
         for r in runners.values():
-            r.close()
+            release_runner(r)
     for e in result.entries:
         cand = todo[e.name]
         cand.search = {k: v for k, v in e.to_json().items() if k not in ("name", "status")}

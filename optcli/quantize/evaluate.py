@@ -14,30 +14,35 @@ LENGTH_BATCH = 8
 
 
 def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = None,
-              runner_options: dict[str, Any] | None = None) -> tuple[list[np.ndarray], list[str]]:
-    """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors."""
+              runner_options: dict[str, Any] | None = None, pool: Any = None) -> tuple[list[np.ndarray], list[str]]:
+    """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors. With
+    the run's `pool` (optcli/runtime/pool.py) the session is borrowed from it and given back."""
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.runtime.pool import RunnerPool
 
     target = path
     if extra_outputs:
         target = expose_tensors(path, extra_outputs)
-    runner = OnnxRuntimeRunner(target, **(runner_options or {}))
+    options = {"optimization": "all", "threads": None, **(runner_options or {})}  # the runner's defaults, named
+    pool = pool if pool is not None and target == path else RunnerPool(max_idle=0)
+    runner = pool.borrow(target, "onnx", **options)
     try:
         return runner_outputs(runner, samples), [o.name for o in runner.outputs]
     finally:
-        runner.close()
+        pool.release(runner)
         if target != path:
             target.unlink(missing_ok=True)
 
 
-def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str,
-                      samples: SampleSet) -> tuple[list[np.ndarray], list[str]]:
+def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str, samples: SampleSet,
+                      pool: Any = None, threads: int | None = None) -> tuple[list[np.ndarray], list[str]]:
     """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and build-cpu
-    judge against the same FP32 outputs on the same held-out set. `memo` is the run's ctx.samples."""
+    judge against the same FP32 outputs on the same held-out set. `memo` is the run's ctx.samples; the
+    session comes from the run's `pool` at the measurements' setting (`threads`: [bench] threads)."""
     cache = memo.setdefault("fp32_outputs", {})
     key = f"{model_sha}:{samples.digest()}"
     if key not in cache:
-        cache[key] = run_model(path, samples)
+        cache[key] = run_model(path, samples, runner_options={"threads": threads}, pool=pool)
     return cache[key]
 
 

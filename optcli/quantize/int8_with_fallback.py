@@ -71,7 +71,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
-    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev)
+    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
     counts = qz.write(out, [])

@@ -17,9 +17,16 @@ from optcli.artifact import Artifact
 if TYPE_CHECKING:
     from optcli.config import CompileConfig
     from optcli.backends.torch.loader import ModelSource, TorchModel
+    from optcli.runtime.pool import RunnerPool
     from optcli.tensor_spec import TensorSpec
 
 _REGISTRY: dict[str, type[Stage]] = {}
+
+
+def _runner_pool() -> RunnerPool:
+    from optcli.runtime.pool import RunnerPool
+
+    return RunnerPool()
 
 
 @dataclass
@@ -39,6 +46,8 @@ class StageContext:
     samples: dict[str, Any] = field(default_factory=dict)
     # Facts the pipeline learned (GPU probe, TensorRT version) that stages may read.
     facts: dict[str, Any] = field(default_factory=dict)
+    # Runners shared across the run's stages and measurements (optcli/runtime/pool.py); the run closes it.
+    runners: RunnerPool = field(default_factory=_runner_pool)
 
 
 @dataclass
@@ -66,6 +75,9 @@ class Stage(ABC):
     # graph stage's own effect (ORT would apply the same fusions at load); quantize stages use "all",
     # because ORT turns Q/DQ into integer kernels only when it optimizes at load.
     measure_optimization: ClassVar[str] = "disabled"
+    # A build stage's artifact is what the run ships: its row's "after" is timed with the whole [bench],
+    # and the final measurement is that one (one session and one measurement, not two).
+    builds_deployable: ClassVar[bool] = False
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx

@@ -53,6 +53,7 @@ class BuildCpuStage(Stage):
     order = 50
     config_section = "cpu"
     measure_optimization = "all"  # candidates are compared as deployed; Q/DQ needs ORT's optimizer
+    builds_deployable = True
 
     @classmethod
     def enabled(cls, config: Any) -> bool:
@@ -218,7 +219,8 @@ class BuildCpuStage(Stage):
             float_art = newest_float_onnx(self._lineage(artifact))
             specs, _ = io_specs(graph_view(float_art.path))
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
-            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev))
+            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev,
+                                                             self.ctx.runners, self.ctx.config.bench.threads))
         from optcli.backends.torch.runner import TorchRunner
 
         assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
@@ -251,8 +253,8 @@ class BuildCpuStage(Stage):
 
         result, timing = search_candidates(
             cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
-            open_runner=lambda c: self._open(c, threads), arrays=arrays, batch=batch, cfg=cfg, feats=feats,
-            deadline=self.ctx.facts.get("deadline"),
+            open_runner=lambda c: self._open(c, threads), release_runner=self.ctx.runners.release, arrays=arrays,
+            batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.facts.get("deadline"),
             budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1), weight_bytes=weights)
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing
@@ -310,13 +312,15 @@ class BuildCpuStage(Stage):
         try:
             cand.accuracy = runner_accuracy(runner, reference, names, ev)
         finally:
-            runner.close()
+            self.ctx.runners.release(runner)
         cand.failure = check_tolerance(cand.accuracy, tol.cosine, tol.max_abs, tol.top1)
 
     def _open(self, cand: Candidate, threads: int | None) -> Any:
-        from optcli.runtime import open_runner
-
-        return open_runner(cand.path, cand.format, threads=threads, **cand.runner_options)
+        """From the run's pool: the chosen candidate's runner serves its stage row and the final measurement."""
+        options: dict[str, Any] = {"threads": threads}
+        if registry.for_format(cand.format).takes_optimization:
+            options["optimization"] = "all"  # the runner's default, named: the final measurement asks for it
+        return self.ctx.runners.borrow(cand.path, cand.format, **{**options, **cand.runner_options})
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
         """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where

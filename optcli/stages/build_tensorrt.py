@@ -41,6 +41,7 @@ class BuildTensorRTStage(Stage):
 
     name = "build-tensorrt"
     order = 50
+    builds_deployable = True
     config_section = "tensorrt"
 
     @classmethod

@@ -69,7 +69,7 @@ class UnpadStage(Stage):
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         from optcli.unpad.verify import GraphRuns
 
-        with GraphRuns() as runs:
+        with GraphRuns(self.ctx.runners, self.ctx.config.bench.threads) as runs:
             return self._run(artifact, workdir, runs)
 
     def _run(self, artifact: Artifact, workdir: Path, runs: Any) -> StageResult:
@@ -83,6 +83,7 @@ class UnpadStage(Stage):
         if reason is None and self.ctx.target == "tensorrt":
             reason = self._tensorrt_refusal(out)
             if reason:
+                runs.forget(out)
                 out.unlink()
         if reason:
             return self._skip(artifact, workdir, details, reason)

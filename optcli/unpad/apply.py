@@ -81,8 +81,8 @@ def _rewrite_and_prove(model: Any, plan: Any, source: Path, out: Path, length: i
     save_onnx(model, out)
     details.update(plan.to_json(), **changed)
     reason = _prove(runs, source, out, plan, length, inputs, int_high, details, held_out, synthetic)
-    runs.forget(out)
     if reason:
+        runs.forget(out)
         out.unlink()
     return reason
 
@@ -185,9 +185,10 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
     if first.sha256 not in twins:
         out = workdir / UNPADDED_SOURCE
         details: dict[str, Any] = {"graph": first.path.name}
-        with GraphRuns() as runs:
+        with GraphRuns(stage.runners, stage.config.bench.threads) as runs:
             reason = rewrite_and_prove(first.path, out, inputs=stage.inputs, int_high=stage.int_high, bucket=bucket,
                                        runs=runs, details=details, known_axes=known_axes, synthetic=TWIN_SAMPLES)
+            runs.forget(out)  # OpenVINO converts the twin from its file: no onnxruntime session of it is wanted
         twins[first.sha256] = {"applied": reason is None, **({"reason": reason} if reason else {}),
                                "proof": details.get("proof"), "path": None if reason else str(out)}
     facts = twins[first.sha256]

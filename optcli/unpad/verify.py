@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from optcli.accuracy import compare_outputs
+from optcli.backends.registry import ONNX
 from optcli.tensor_spec import TensorSpec, random_inputs
 
 # The rewrite changes which positions are computed, not how: the outputs must match as FP32 does.
@@ -63,17 +64,22 @@ def synthetic_samples(specs: list[TensorSpec], mask: str, sequence_inputs: list[
 
 class GraphRuns:
     """One onnxruntime session per graph for the whole analysis: the original graph runs for the probe,
-    the synthetic proof and the held-out data (a BERT-base session costs seconds to create)."""
+    the synthetic proof and the held-out data (a BERT-base session costs seconds to create). With the
+    run's `pool` (optcli/runtime/pool.py) the sessions are borrowed at the measurements' setting
+    (optimization all, the bench threads): the user's model is already open for the reference, and the
+    proven rewrite stays open for its stage row and build-cpu's FP32 reference."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Any = None, threads: int | None = None) -> None:
+        from optcli.runtime.pool import RunnerPool
+
+        self._pool = pool if pool is not None else RunnerPool(max_idle=0)
+        self._threads = threads
         self._runners: dict[Path, Any] = {}
 
     def run(self, path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
-        from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
-
         runner = self._runners.get(path)
         if runner is None:
-            runner = self._runners[path] = OnnxRuntimeRunner(path, optimization="basic", threads=None)
+            runner = self._runners[path] = self._pool.borrow(path, ONNX, optimization="all", threads=self._threads)
         n = len(next(iter(feeds.values())))
         chunks = [runner.run_normalized(runner.normalize({k: v[i:i + batch] for k, v in feeds.items()}))
                   for i in range(0, n, batch)]
@@ -84,11 +90,12 @@ class GraphRuns:
         """Close the session of a graph that is about to be deleted."""
         runner = self._runners.pop(path, None)
         if runner is not None:
-            runner.close()
+            self._pool.discard(runner)
 
     def close(self) -> None:
+        """Give the sessions back to the pool (closed where it keeps none)."""
         for path in list(self._runners):
-            self.forget(path)
+            self._pool.release(self._runners.pop(path))
 
     def __enter__(self) -> GraphRuns:
         return self

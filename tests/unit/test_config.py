@@ -193,3 +193,13 @@ def test_the_pipeline_freezes_its_copy_and_never_the_callers(tmp_path: Path) -> 
     with pytest.raises(UsageError, match="frozen"):
         pipeline.config.export.opset = 17
     cfg.export.opset = 17  # the caller's own config stays theirs
+
+
+@pytest.mark.parametrize("settle", [-0.1, 1.0, "1%"])
+def test_bench_settle_must_be_a_fraction(tmp_path, settle) -> None:
+    from optcli.config import CompileConfig
+
+    config = CompileConfig(model="m.onnx", out=tmp_path)
+    config.bench.settle = settle
+    with pytest.raises(UsageError, match="bench settle"):
+        config.validate()

@@ -72,6 +72,24 @@ def test_time_calls_with_settle_stops_once_the_median_is_known() -> None:
     assert 10 <= len(samples) < 500  # stopped long before runs / min_seconds
 
 
+def test_settle_waits_for_its_minimum_runs_and_zero_turns_it_off() -> None:
+    import time
+
+    def steady() -> None:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.0002:
+            pass
+
+    # Steady calls settle at once: the first check, at settle_min_runs, stops it (a full measurement's 20).
+    samples = time_calls(steady, warmup_runs=1, warmup_seconds=0.0, runs=500, min_seconds=10.0,
+                         max_seconds=10.0, settle=0.5, settle_min_runs=20)
+    assert len(samples) == 20
+    for off in (None, 0.0):  # [bench] settle = 0: `runs` calls and min_seconds, as before
+        samples = time_calls(lambda: None, warmup_runs=1, warmup_seconds=0.0, runs=60, min_seconds=0.0,
+                             max_seconds=10.0, settle=off, settle_min_runs=20)
+        assert len(samples) == 60
+
+
 def test_the_stage_table_labels_each_rows_latency_setting() -> None:
     from optcli.report import STAGE_COLUMNS, RunReport, StageReport, stage_rows
 

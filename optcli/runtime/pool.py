@@ -1,0 +1,99 @@
+"""Runners kept open for the rest of one compile run: where a stage row, build-cpu's check and
+measurement and the final measurement open the same artifact with the same options, they share one
+session (compiling an OpenVINO BERT-base IR costs ~0.7 s, and a run opened it four times: issue 16).
+Idle runners are bounded by count and by their model files' bytes; the run closes them at its end."""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optcli.runtime.base import Runner
+
+MAX_IDLE = 3
+MAX_IDLE_BYTES = 2 << 30  # a larger model's sessions are closed as before: memory over seconds
+
+
+def _content_key(path: Path) -> tuple:
+    """The file and its companions (an IR's .bin) by device, inode, size and mtime, not by path: the
+    chosen candidate is moved (renamed) into the stage folder and is still the same model; a save
+    unlinks and rewrites, so a new version is a new key."""
+    from optcli.backends.registry import companion_files
+
+    key = []
+    for f in (path, *companion_files(path)):
+        st = f.stat()
+        key.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(key)
+
+
+def _size(path: Path) -> int:
+    from optcli.backends.registry import companion_files
+
+    return sum(f.stat().st_size for f in (path, *companion_files(path)) if f.exists())
+
+
+class RunnerPool:
+    """`with pool.runner(path, fmt, **options) as r:` opens a runner or lends an idle one opened from
+    the same file with the same options; one borrower at a time per runner."""
+
+    def __init__(self, max_idle: int = MAX_IDLE, max_idle_bytes: int = MAX_IDLE_BYTES) -> None:
+        self.max_idle, self.max_idle_bytes = max_idle, max_idle_bytes
+        self._idle: OrderedDict[int, tuple[tuple, Runner, int]] = OrderedDict()  # id -> (key, runner, bytes)
+        self._lent: dict[int, tuple[tuple, int, Runner]] = {}  # holding the runner keeps its id unique
+        self.opened = self.reused = 0
+
+    def borrow(self, path: str | Path, fmt: str, **options: Any) -> Runner:
+        from optcli.runtime import open_runner
+
+        path = Path(path)
+        try:
+            key = (fmt, _content_key(path), json.dumps(options, sort_keys=True, default=str))
+        except OSError:  # not a plain file (a folder model): opened and closed as before
+            key = None
+        if key is not None:
+            for rid, (k, runner, size) in self._idle.items():
+                if k == key:
+                    del self._idle[rid]
+                    self._lent[rid] = (k, size, runner)
+                    self.reused += 1
+                    return runner
+        runner = open_runner(path, fmt, **options)
+        self.opened += 1
+        if key is not None:
+            self._lent[id(runner)] = (key, _size(path), runner)
+        return runner
+
+    def release(self, runner: Runner) -> None:
+        """Keep the runner idle for the next borrower with the same key, or close it."""
+        lent = self._lent.pop(id(runner), None)
+        if lent is None or lent[2] is not runner or lent[1] > self.max_idle_bytes:
+            runner.close()
+            return
+        self._idle[id(runner)] = (lent[0], runner, lent[1])
+        while len(self._idle) > self.max_idle or sum(s for _, _, s in self._idle.values()) > self.max_idle_bytes:
+            _, (_, oldest, _) = self._idle.popitem(last=False)
+            oldest.close()
+
+    def discard(self, runner: Runner) -> None:
+        """Close a borrowed runner for good (its model file is about to be deleted)."""
+        self._lent.pop(id(runner), None)
+        runner.close()
+
+    @contextmanager
+    def runner(self, path: str | Path, fmt: str, **options: Any) -> Iterator[Runner]:
+        runner = self.borrow(path, fmt, **options)
+        try:
+            yield runner
+        finally:
+            self.release(runner)
+
+    def close(self) -> None:
+        """Close every idle runner (the run's end); runners still lent are their borrowers' to release."""
+        while self._idle:
+            _, (_, runner, _) = self._idle.popitem(last=False)
+            runner.close()

@@ -1,0 +1,93 @@
+"""The run's runner pool (optcli/runtime/pool.py): the same model file with the same options is opened
+once; a changed file, other options or a pool over its bounds opens (or closes) as before."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from optcli.runtime.pool import RunnerPool
+
+
+def _model(path: Path, scale: float = 1.0) -> Path:
+    w = numpy_helper.from_array(np.full((16, 16), scale, np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _y(runner) -> float:
+    return float(runner.run_normalized(runner.normalize({"x": np.ones((1, 16), np.float32)}))[0][0, 0])
+
+
+def test_the_same_file_and_options_get_the_same_runner_even_after_a_rename(tmp_path: Path) -> None:
+    pool = RunnerPool()
+    path = _model(tmp_path / "a.onnx")
+    with pool.runner(path, "onnx", optimization="all", threads=1) as first:
+        assert _y(first) == 16.0
+    moved = tmp_path / "stage" / "model.onnx"
+    moved.parent.mkdir()
+    shutil.move(path, moved)  # build-cpu moves the chosen candidate into its folder: still the same model
+    with pool.runner(moved, "onnx", threads=1, optimization="all") as again:
+        assert again is first
+    with pool.runner(moved, "onnx", optimization="disabled", threads=1) as other:
+        assert other is not first  # another setting is another session
+    assert (pool.opened, pool.reused) == (2, 1)
+    pool.close()
+    assert first._closed and other._closed
+
+
+def test_a_rewritten_file_is_a_new_model(tmp_path: Path) -> None:
+    pool = RunnerPool()
+    path = _model(tmp_path / "a.onnx")
+    with pool.runner(path, "onnx") as first:
+        assert _y(first) == 16.0
+    _model(tmp_path / "b.onnx", scale=2.0)
+    os.replace(tmp_path / "b.onnx", path)  # a save unlinks and rewrites
+    with pool.runner(path, "onnx") as second:
+        assert second is not first and _y(second) == 32.0  # never the stale session's outputs
+    pool.close()
+
+
+def test_one_borrower_at_a_time(tmp_path: Path) -> None:
+    pool = RunnerPool()
+    path = _model(tmp_path / "a.onnx")
+    with pool.runner(path, "onnx") as a, pool.runner(path, "onnx") as b:
+        assert a is not b
+    assert pool.opened == 2
+    pool.close()
+
+
+def test_idle_runners_are_bounded_by_count_and_bytes(tmp_path: Path) -> None:
+    paths = [_model(tmp_path / f"m{i}.onnx", scale=float(i)) for i in range(3)]
+    pool = RunnerPool(max_idle=2)
+    runners = []
+    for p in paths:
+        with pool.runner(p, "onnx") as r:
+            runners.append(r)
+    assert runners[0]._closed and not runners[1]._closed and not runners[2]._closed  # the oldest went
+    pool.close()
+    assert all(r._closed for r in runners)
+
+    small = RunnerPool(max_idle_bytes=paths[0].stat().st_size - 1)  # a model over the bound is not kept
+    with small.runner(paths[0], "onnx") as r:
+        pass
+    assert r._closed
+    with small.runner(paths[0], "onnx") as again:
+        assert again is not r
+    small.close()
+
+
+def test_a_runner_the_pool_did_not_open_is_closed_on_release(tmp_path: Path) -> None:
+    from optcli.runtime import open_runner
+
+    pool = RunnerPool()
+    r = open_runner(_model(tmp_path / "a.onnx"), "onnx")
+    pool.release(r)  # e.g. PyTorch eager's runner, released by the same code path
+    assert r._closed
