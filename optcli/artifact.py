@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli.file_version import file_version
+from optcli.file_version import file_version, register
 
 
 def onnx_external_files(path: Path) -> list[str]:
@@ -49,7 +49,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return _hashes[key]
 
 
-_hashes: dict[tuple[Any, ...], str] = {}
+_hashes: dict[tuple[Any, ...], str] = register({})
 
 
 @dataclass

@@ -8,6 +8,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from optcli.file_version import moved
+
 
 def _default_mode(base: int) -> int:
     """The mode a plain open()/mkdir() would give: mkstemp/mkdtemp make private 0600/0700 files."""
@@ -53,6 +55,7 @@ def atomic_dir(final: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        moved(tmp, final)  # what this process hashed or parsed inside it is still known, at its new path
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -75,7 +75,7 @@ class BenchConfig(Freezable):
     runs: int = 50
     min_seconds: float = 0.5
     max_seconds: float = 5.0
-    # A full measurement (the final artifact, its baseline) also stops, from SETTLE_MIN_RUNS_FULL calls on,
+    # A full measurement (the final artifact, its baseline) also stops, from 20 calls and min_seconds on,
     # once its median's 95% interval is within +-settle of it: 50 calls of a 65 ms model were 3 of a
     # BERT-base compile's 38 s for a figure known to +-1% after 20 (issue 16). 0: always `runs` calls.
     settle: float = 0.01

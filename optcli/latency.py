@@ -64,11 +64,12 @@ def stats_from_samples(samples_ms: list[float] | np.ndarray, batch: int, runtime
 
 def time_calls(fn: Callable[[], Any], *, warmup_runs: int = 5, warmup_seconds: float = 0.2,
                runs: int = 50, min_seconds: float = 0.5, max_seconds: float = 5.0,
-               settle: float | None = None, settle_min_runs: int | None = None) -> list[float]:
+               settle: float | None = None, settle_min_runs: int | None = None,
+               settle_min_seconds: float = 0.0) -> list[float]:
     """Call `fn` for warm-up (by count AND time), then time at least `runs` calls and `min_seconds`,
     stopping at `max_seconds` (but never before 3 timed calls). With `settle` (e.g. 0.025) it also
-    stops, from `settle_min_runs` (SETTLE_MIN_RUNS) calls on, once the median's 95% interval is within
-    +-settle of it. Returns milliseconds per call."""
+    stops, from `settle_min_runs` (SETTLE_MIN_RUNS) calls and `settle_min_seconds` on, once the median's
+    95% interval is within +-settle of it. Returns milliseconds per call."""
     first_check = max(settle_min_runs or SETTLE_MIN_RUNS, 3)
     start = time.perf_counter()
     done = 0
@@ -87,7 +88,8 @@ def time_calls(fn: Callable[[], Any], *, warmup_runs: int = 5, warmup_seconds: f
             break
         if len(samples) >= runs and elapsed >= min_seconds:
             break
-        if settle and len(samples) >= first_check and len(samples) % 5 == 0 and _settled(samples, settle):
+        if settle and len(samples) >= first_check and len(samples) % 5 == 0 and elapsed >= settle_min_seconds \
+                and _settled(samples, settle):
             break
     return samples
 

@@ -6,6 +6,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from optcli.errors import UsageError
+from optcli.file_version import register
 from optcli.tensor_spec import Dim, TensorSpec
 
 # ONNX TensorProto element types -> numpy dtype names.
@@ -43,7 +44,7 @@ def load_onnx(path: Path, load_weights: bool = True) -> Any:
 _VIEW_MAX_TENSOR_BYTES = 64 << 10
 _VIEW_CACHE_SIZE = 16
 _TENSOR_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data")
-_views: dict[tuple[str, int, int, int], Any] = {}
+_views: dict[tuple[str, int, int, int], Any] = register({})
 
 
 def graph_view(path: Path) -> Any:

@@ -139,10 +139,12 @@ class Measurements:
         try:
             feeds = runner.normalize(random_inputs(ctx.inputs, bench.batch, seed=1, int_high=ctx.int_high))
             # A full measurement times `runs` calls or stops once its median is known to +-[bench] settle
-            # (from 20 calls on); a stage row stops once it is known to +-5%: a figure, not a study.
+            # (from 20 calls and min_seconds on: a fast model's 20 calls are a few ms, too short to trust);
+            # a stage row stops once it is known to +-5%: a figure, not a study.
             budget: dict[str, Any] = dict(warmup_runs=bench.warmup_runs, warmup_seconds=bench.warmup_seconds,
                                           min_seconds=bench.min_seconds, max_seconds=bench.max_seconds,
-                                          settle=bench.settle or None, settle_min_runs=SETTLE_MIN_RUNS_FULL)
+                                          settle=bench.settle or None, settle_min_runs=SETTLE_MIN_RUNS_FULL,
+                                          settle_min_seconds=bench.min_seconds)
             if not full:
                 budget = dict(warmup_runs=min(bench.warmup_runs, STAGE_WARMUP_RUNS),
                               warmup_seconds=min(bench.warmup_seconds, 0.1),

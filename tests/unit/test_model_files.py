@@ -213,3 +213,33 @@ def test_a_cached_graph_view_does_not_hold_the_weights_in_memory(tmp_path: Path)
     gc.collect()
     assert rss_mb() - before < 60, "the view keeps the weights' bytes"
     assert list(next(t for t in view.graph.initializer if t.name == "big").dims) == [200, 1000, 1000]
+
+
+def test_a_folder_renamed_into_place_keeps_its_files_hashes_and_views(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage writes in a temporary folder renamed into place, and the next stage reads the same file
+    at its new path: neither its hash nor its graph is read again, and a changed file still is."""
+    from optcli.artifact import sha256_file
+    from optcli.atomic_write import atomic_dir
+
+    parses: list[Path] = []
+    real = onnx_model.load_onnx
+    monkeypatch.setattr(onnx_model, "load_onnx", lambda p, **kw: parses.append(p) or real(p, **kw))
+    monkeypatch.setattr(onnx_model, "_GRAPH_ONLY_MAX_BYTES", 0)  # as for a big graph: hashing parses nothing
+    final = tmp_path / "02-stage"
+    with atomic_dir(final) as tmp:
+        save_onnx(_model(), tmp / "model.onnx")
+        digest = sha256_file(tmp / "model.onnx")
+        onnx_model.graph_view(tmp / "model.onnx")
+    assert len(parses) == 1
+    reads: list[str] = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **kw: reads.append(str(f)) or real_open(f, *a, **kw))
+    assert sha256_file(final / "model.onnx") == digest and not reads
+    monkeypatch.setattr("builtins.open", real_open)
+    onnx_model.graph_view(final / "model.onnx")
+    assert len(parses) == 1
+    save_onnx(_model(weight_in_constant=True), final / "model.onnx")  # a new version at the same path
+    assert sha256_file(final / "model.onnx") != digest
+    onnx_model.graph_view(final / "model.onnx")
+    assert len(parses) == 2

@@ -50,7 +50,8 @@ def test_stage_rows_are_short_and_a_full_measurement_answers_them_too(tmp_path: 
     assert full is not row and budgets[-1]["max_seconds"] == 10.0 and budgets[-1]["warmup_runs"] == config.bench.warmup_runs
     # ... and may stop before `runs` once its median is known to +-[bench] settle, from 20 calls on
     assert budgets[-1]["settle"] == config.bench.settle == 0.01 and budgets[-1]["settle_min_runs"] == 20
-    assert 20 <= full.runs <= 400
+    assert budgets[-1]["settle_min_seconds"] == config.bench.min_seconds
+    assert full.runs >= 20
     assert len(budgets) == 2
     assert m.latency(ctx, art, "all") is full  # a later stage row of the same artifact reuses the full one
     assert m.latency(ctx, art, "all", full=True) is full and len(budgets) == 2
