@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from optcli.runtime.base import Runner
 
 MAX_IDLE = 3
-MAX_IDLE_BYTES = 2 << 30  # a larger model's sessions are closed as before: memory over seconds
+MAX_IDLE_BYTES = 1 << 30  # a larger model's sessions are closed as before: memory over seconds
 
 
 def _content_key(path: Path) -> tuple:
