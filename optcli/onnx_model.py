@@ -231,6 +231,24 @@ def _copy_fields(src: Any, dst: Any, leave: str) -> None:
             setattr(dst, fd.name, value)
 
 
+def weightless_copy(model: Any, keep_bytes: int) -> Any:
+    """A copy of the model whose initializers over `keep_bytes` have their name, type and dims but no
+    data (for reading structure and shapes: never save it or run it), made without copying the weights."""
+    import onnx
+
+    graph = onnx.GraphProto()
+    _copy_fields(model.graph, graph, "initializer")
+    for t in model.graph.initializer:
+        if tensor_bytes(t) > keep_bytes:
+            graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+        else:
+            graph.initializer.append(t)
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, "graph")
+    copy.graph.CopyFrom(graph)
+    return copy
+
+
 def serialized_parts(model: Any) -> list[bytes]:
     """The model's protobuf bytes as pieces whose concatenation parses to the same model: the model and
     graph without their initializers, then each initializer as its own graph field (protobuf takes

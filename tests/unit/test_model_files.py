@@ -243,3 +243,18 @@ def test_a_folder_renamed_into_place_keeps_its_files_hashes_and_views(tmp_path: 
     assert sha256_file(final / "model.onnx") != digest
     onnx_model.graph_view(final / "model.onnx")
     assert len(parses) == 2
+
+
+def test_weightless_copy_keeps_structure_and_small_tensors_and_leaves_the_model_alone() -> None:
+    m = _rich_model()
+    before = m.SerializeToString()
+    view = onnx_model.weightless_copy(m, keep_bytes=1024)
+    assert m.SerializeToString() == before
+    big = {t.name: t for t in view.graph.initializer}["big"]
+    assert list(big.dims) == [300, 300] and big.data_type == TensorProto.FLOAT and not big.raw_data
+    small = {t.name: t for t in view.graph.initializer}["s"]
+    assert list(small.string_data) == [b"a", b"bc"]
+    assert [n.name for n in view.graph.node] == [n.name for n in m.graph.node]
+    assert view.graph.sparse_initializer[0] == m.graph.sparse_initializer[0] and view.functions == m.functions
+    inferred = onnx.shape_inference.infer_shapes(view)  # what the unpad rewrite uses it for
+    assert inferred.graph.node
