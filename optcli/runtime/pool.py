@@ -51,10 +51,12 @@ class RunnerPool:
         from optcli.runtime import open_runner
 
         path = Path(path)
-        try:
-            key = (fmt, _content_key(path), json.dumps(options, sort_keys=True, default=str))
-        except OSError:  # not a plain file (a folder model): opened and closed as before
-            key = None
+        key = None  # a folder model (its files change without the folder's key changing): not kept
+        if path.is_file():
+            try:
+                key = (fmt, _content_key(path), json.dumps(options, sort_keys=True, default=str))
+            except OSError:
+                key = None
         if key is not None:
             for rid, (k, runner, size) in self._idle.items():
                 if k == key:

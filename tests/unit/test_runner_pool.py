@@ -91,3 +91,28 @@ def test_a_runner_the_pool_did_not_open_is_closed_on_release(tmp_path: Path) -> 
     r = open_runner(_model(tmp_path / "a.onnx"), "onnx")
     pool.release(r)  # e.g. PyTorch eager's runner, released by the same code path
     assert r._closed
+
+
+def test_a_folder_model_is_never_kept(tmp_path: Path, monkeypatch) -> None:
+    """A folder's own inode and mtime do not change when a file inside it is rewritten: not a safe key."""
+    folder = tmp_path / "ir"
+    folder.mkdir()
+    _model(folder / "model.onnx")
+    pool = RunnerPool()
+    runner = pool.borrow(folder / "model.onnx", "onnx")
+    pool.release(runner)
+    assert not runner._closed  # a file is kept ...
+
+    class Opened:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    import optcli.runtime as runtime
+
+    monkeypatch.setattr(runtime, "open_runner", lambda path, fmt, **kw: Opened())  # a folder-backed runner
+    opened = pool.borrow(folder, "openvino")
+    pool.release(opened)
+    assert opened.closed  # ... a folder is not
+    pool.close()
