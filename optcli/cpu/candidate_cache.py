@@ -46,6 +46,7 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
         # OpenVINO's recipes start from the exporter's graph with the unpad rewrite where the stage applied
         # it (a function of the lineage above); entries from before that rule are not reused
         "first_float_onnx": "with the unpad rewrite (2026-11-24)",
+        "nncf_calibration": "in batches of 8 rows by length (2026-11-27)",  # ir.CALIBRATION_BATCH
         "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
         "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
     if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
