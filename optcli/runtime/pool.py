@@ -18,23 +18,22 @@ MAX_IDLE = 3
 MAX_IDLE_BYTES = 1 << 30  # a larger model's sessions are closed as before: memory over seconds
 
 
-def _content_key(path: Path) -> tuple:
-    """The file and its companions (an IR's .bin) by device, inode, size and mtime, not by path: the
-    chosen candidate is moved (renamed) into the stage folder and is still the same model; a save
-    unlinks and rewrites, so a new version is a new key."""
-    from optcli.backends.registry import companion_files
+def _model_files(path: Path) -> list[Path]:
+    """The file and what belongs to it: an IR's .bin, an ONNX graph's external data (the weights)."""
+    from optcli.artifact import onnx_external_files
+    from optcli.backends import registry
 
-    key = []
-    for f in (path, *companion_files(path)):
-        st = f.stat()
-        key.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(key)
+    files = [path, *registry.companion_files(path)]
+    if registry.is_onnx_file(path):
+        files += [path.parent / f for f in onnx_external_files(path)]
+    return files
 
 
-def _size(path: Path) -> int:
-    from optcli.backends.registry import companion_files
-
-    return sum(f.stat().st_size for f in (path, *companion_files(path)) if f.exists())
+def _content_key(files: list[Path]) -> tuple:
+    """The model's files by device, inode, size and mtime, not by path: the chosen candidate is moved
+    (renamed) into the stage folder and is still the same model; a save unlinks and rewrites, so a new
+    version is a new key."""
+    return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in (f.stat() for f in files))
 
 
 class RunnerPool:
@@ -51,10 +50,12 @@ class RunnerPool:
         from optcli.runtime import open_runner
 
         path = Path(path)
-        key = None  # a folder model (its files change without the folder's key changing): not kept
+        key, size = None, 0  # a folder model (its files change, the folder's key does not): not kept
         if path.is_file():
             try:
-                key = (fmt, _content_key(path), json.dumps(options, sort_keys=True, default=str))
+                files = _model_files(path)
+                key = (fmt, _content_key(files), json.dumps(options, sort_keys=True, default=str))
+                size = sum(f.stat().st_size for f in files)
             except OSError:
                 key = None
         if key is not None:
@@ -67,7 +68,7 @@ class RunnerPool:
         runner = open_runner(path, fmt, **options)
         self.opened += 1
         if key is not None:
-            self._lent[id(runner)] = (key, _size(path), runner)
+            self._lent[id(runner)] = (key, size, runner)
         return runner
 
     def release(self, runner: Runner) -> None:

@@ -116,3 +116,24 @@ def test_a_folder_model_is_never_kept(tmp_path: Path, monkeypatch) -> None:
     pool.release(opened)
     assert opened.closed  # ... a folder is not
     pool.close()
+
+
+def test_an_onnx_graphs_external_weights_count_toward_the_bound(tmp_path: Path, monkeypatch) -> None:
+    """A large model's graph file is small and its weights sit beside it: the pool sizes (and keys) the
+    model by both, so a multi-GB model is never kept idle on the strength of its graph file's size."""
+    from optcli import onnx_model
+
+    monkeypatch.setattr(onnx_model, "EXTERNAL_DATA_THRESHOLD", 100)
+    path = tmp_path / "m.onnx"
+    assert onnx_model.save_onnx(onnx.load(_model(tmp_path / "src.onnx")), path) == ["m.onnx.data"]
+    graph, weights = path.stat().st_size, (tmp_path / "m.onnx.data").stat().st_size
+    pool = RunnerPool(max_idle_bytes=graph + weights - 1)  # the graph file alone would fit
+    with pool.runner(path, "onnx") as r:
+        assert _y(r) == 16.0
+    assert r._closed
+    roomy = RunnerPool()
+    with roomy.runner(path, "onnx") as first:
+        pass
+    with roomy.runner(path, "onnx") as again:
+        assert again is first
+    roomy.close()
