@@ -206,7 +206,18 @@ def save_onnx(model: Any, path: Path) -> list[str]:
         return [location] if (path.parent / location).exists() else []
     with open(path, "wb") as f:
         f.writelines(parts)
+    _remember_view(path, model)
     return []
+
+
+def _remember_view(path: Path, model: Any) -> None:
+    """The graph_view of a file just written, from the model in memory: the next stage and the stage
+    row read its structure without parsing it again (0.25-0.9 s for BERT-base)."""
+    from optcli.file_version import file_version
+
+    if len(_views) >= _VIEW_CACHE_SIZE:
+        _views.pop(next(iter(_views)))
+    _views[file_version(path)] = weightless_copy(model, _VIEW_MAX_TENSOR_BYTES, constants=True)
 
 
 def _varint(n: int) -> bytes:
@@ -218,10 +229,11 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _copy_fields(src: Any, dst: Any, leave: str) -> None:
-    """dst = src without the field `leave` (a shallow walk: the fields themselves are copied whole)."""
+def _copy_fields(src: Any, dst: Any, leave: str | tuple[str, ...]) -> None:
+    """dst = src without the field(s) `leave` (a shallow walk: the fields themselves are copied whole)."""
+    leave = (leave,) if isinstance(leave, str) else leave
     for fd, value in src.ListFields():
-        if fd.name == leave:
+        if fd.name in leave:
             continue
         if fd.label == fd.LABEL_REPEATED:
             getattr(dst, fd.name).extend(value)
@@ -231,21 +243,32 @@ def _copy_fields(src: Any, dst: Any, leave: str) -> None:
             setattr(dst, fd.name, value)
 
 
-def weightless_copy(model: Any, keep_bytes: int) -> Any:
-    """A copy of the model whose initializers over `keep_bytes` have their name, type and dims but no
-    data (for reading structure and shapes: never save it or run it), made without copying the weights."""
+def weightless_copy(model: Any, keep_bytes: int, constants: bool = False) -> Any:
+    """A copy of the model whose initializers over `keep_bytes` keep every field but their data (for
+    reading structure and shapes: never save it or run it), made without copying the weights; with
+    `constants`, big tensors inside nodes (Constant values, subgraphs) lose their data too, as in a
+    graph_view."""
     import onnx
 
     graph = onnx.GraphProto()
     _copy_fields(model.graph, graph, "initializer")
     for t in model.graph.initializer:
         if tensor_bytes(t) > keep_bytes:
-            graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+            _copy_fields(t, graph.initializer.add(), _TENSOR_DATA_FIELDS)
         else:
             graph.initializer.append(t)
     copy = onnx.ModelProto()
     _copy_fields(model, copy, "graph")
     copy.graph.CopyFrom(graph)
+    if constants:
+        big = [t for t in _all_tensors(copy.graph) if tensor_bytes(t) > keep_bytes]
+        for t in big:
+            for data in _TENSOR_DATA_FIELDS:
+                t.ClearField(data)
+        if big:  # a fresh message: upb keeps the cleared bytes' arena alive with the old one
+            fresh = onnx.ModelProto()
+            fresh.CopyFrom(copy)
+            copy = fresh
     return copy
 
 
