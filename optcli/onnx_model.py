@@ -243,6 +243,16 @@ def _copy_fields(src: Any, dst: Any, leave: str | tuple[str, ...]) -> None:
             setattr(dst, fd.name, value)
 
 
+def _heads(model: Any) -> tuple[Any, Any]:
+    """(the model without its graph, the graph without its initializers): copies that leave the weights."""
+    import onnx
+
+    head, graph = onnx.ModelProto(), onnx.GraphProto()
+    _copy_fields(model, head, "graph")
+    _copy_fields(model.graph, graph, "initializer")
+    return head, graph
+
+
 def weightless_copy(model: Any, keep_bytes: int, constants: bool = False) -> Any:
     """A copy of the model whose initializers over `keep_bytes` keep every field but their data (for
     reading structure and shapes: never save it or run it), made without copying the weights; with
@@ -250,15 +260,12 @@ def weightless_copy(model: Any, keep_bytes: int, constants: bool = False) -> Any
     graph_view."""
     import onnx
 
-    graph = onnx.GraphProto()
-    _copy_fields(model.graph, graph, "initializer")
+    copy, graph = _heads(model)
     for t in model.graph.initializer:
         if tensor_bytes(t) > keep_bytes:
             _copy_fields(t, graph.initializer.add(), _TENSOR_DATA_FIELDS)
         else:
             graph.initializer.append(t)
-    copy = onnx.ModelProto()
-    _copy_fields(model, copy, "graph")
     copy.graph.CopyFrom(graph)
     if constants:
         big = [t for t in _all_tensors(copy.graph) if tensor_bytes(t) > keep_bytes]
@@ -277,12 +284,7 @@ def serialized_parts(model: Any) -> list[bytes]:
     graph without their initializers, then each initializer as its own graph field (protobuf takes
     fields in any order). upb serializes one big message several times slower than its pieces (BERT-base:
     1.0-1.7 s against 0.45 s, most of it growing one 440 MB buffer), and the pieces need no join."""
-    import onnx
-
-    graph_head = onnx.GraphProto()
-    _copy_fields(model.graph, graph_head, "initializer")
-    head = onnx.ModelProto()
-    _copy_fields(model, head, "graph")
+    head, graph_head = _heads(model)
     graph = [graph_head.SerializeToString()]
     for t in model.graph.initializer:
         b = t.SerializeToString()

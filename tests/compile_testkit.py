@@ -107,6 +107,20 @@ def export_pt2(torch: Any, model: Any, args: tuple, kwargs: dict | None, names: 
     return path
 
 
+def make_matmul(path: Path, width: int = 64, scale: float = 1.0) -> Path:
+    """Y = X @ W, X and Y (1, width), W filled with `scale`: every output is width * scale for X of ones."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((width, width), scale, np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def make_matmul_add_relu(path: Path, batch: str | int = "N", opset: int = 17) -> Path:
     """Y = Relu(X @ W + B): X (batch, 4) float32 -> Y (batch, 3)."""
     import numpy as np

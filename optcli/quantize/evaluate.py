@@ -17,7 +17,7 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
               runner_options: dict[str, Any] | None = None, pool: Any = None) -> tuple[list[np.ndarray], list[str]]:
     """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors. With
     the run's `pool` (optcli/runtime/pool.py) the session is borrowed from it and given back."""
-    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.backends.registry import ONNX
     from optcli.runtime.pool import RunnerPool
 
     target = path
@@ -25,7 +25,7 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
         target = expose_tensors(path, extra_outputs)
     options = {"optimization": "all", "threads": None, **(runner_options or {})}  # the runner's defaults, named
     pool = pool if pool is not None and target == path else RunnerPool(max_idle=0)
-    runner = pool.borrow(target, "onnx", **options)
+    runner = pool.borrow(target, ONNX, **options)
     try:
         return runner_outputs(runner, samples), [o.name for o in runner.outputs]
     finally:

@@ -59,12 +59,12 @@ class RunnerPool:
             except OSError:
                 key = None
         if key is not None:
-            for rid, (k, runner, size) in self._idle.items():
+            for rid, (k, idle, _) in self._idle.items():
                 if k == key:
                     del self._idle[rid]
-                    self._lent[rid] = (k, size, runner)
+                    self._lent[rid] = (key, size, idle)
                     self.reused += 1
-                    return runner
+                    return idle
         runner = open_runner(path, fmt, **options)
         self.opened += 1
         if key is not None:

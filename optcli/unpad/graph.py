@@ -161,14 +161,12 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
     was changed, for the report. A no-op when the graph's length is symbolic."""
     if not isinstance(plan.length, int):
         return []
-    from onnx import helper
+    from onnx import helper, numpy_helper
 
     s = plan.length
     uses = _consumers(model)
     shapes = _shape_tensors(model)
     changed: list[str] = []
-    from onnx import numpy_helper
-
     for name, (shape, dtype, tensor) in _constants(model).items():
         slots = uses.get(name, [])
         value = numpy_helper.to_array(tensor) if dtype.type in _INT_TYPES and len(shape) <= 1 else None

@@ -257,8 +257,9 @@ def test_weightless_copy_keeps_structure_and_small_tensors_and_leaves_the_model_
     assert list(small.string_data) == [b"a", b"bc"]
     assert [n.name for n in view.graph.node] == [n.name for n in m.graph.node]
     assert view.graph.sparse_initializer[0] == m.graph.sparse_initializer[0] and view.functions == m.functions
-    inferred = onnx.shape_inference.infer_shapes(view)  # what the unpad rewrite uses it for
-    assert inferred.graph.node
+    # what the unpad rewrite uses it for: shape inference sees the same shapes as on the whole model
+    assert onnx.shape_inference.infer_shapes(view).graph.value_info == \
+        onnx.shape_inference.infer_shapes(m).graph.value_info
 
 
 def test_a_saved_graphs_view_is_the_one_parsing_it_would_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

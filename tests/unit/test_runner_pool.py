@@ -8,22 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
+from compile_testkit import make_matmul
 from optcli.runtime.pool import RunnerPool
 
 
-def _model(path: Path, scale: float = 1.0) -> Path:
-    w = numpy_helper.from_array(np.full((16, 16), scale, np.float32), "w")
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+def _model(path: Path, scale: float = 1.0, width: int = 16) -> Path:
+    return make_matmul(path, width=width, scale=scale)
 
 
 def _y(runner) -> float:
-    return float(runner.run_normalized(runner.normalize({"x": np.ones((1, 16), np.float32)}))[0][0, 0])
+    width = runner.inputs[0].shape[1]
+    return float(runner.run_normalized(runner.normalize({"x": np.ones((1, width), np.float32)}))[0][0, 0])
 
 
 def test_the_same_file_and_options_get_the_same_runner_even_after_a_rename(tmp_path: Path) -> None:
@@ -82,6 +78,18 @@ def test_idle_runners_are_bounded_by_count_and_bytes(tmp_path: Path) -> None:
     with small.runner(paths[0], "onnx") as again:
         assert again is not r
     small.close()
+
+
+def test_each_runner_is_sized_by_its_own_model(tmp_path: Path) -> None:
+    """A model opened after an idle one of another key is bounded by its own bytes, not the idle one's."""
+    small, big = _model(tmp_path / "small.onnx", width=4), _model(tmp_path / "big.onnx", width=64)
+    pool = RunnerPool(max_idle_bytes=small.stat().st_size + 100)  # room for the small model only
+    with pool.runner(small, "onnx") as kept:
+        pass
+    with pool.runner(big, "onnx") as r:
+        assert _y(r) == 64.0
+    assert r._closed and not kept._closed
+    pool.close()
 
 
 def test_a_runner_the_pool_did_not_open_is_closed_on_release(tmp_path: Path) -> None:

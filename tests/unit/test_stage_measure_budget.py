@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
-
+from compile_testkit import make_matmul
 from optcli.artifact import Artifact
 from optcli.backends.torch.loader import ModelSource
 from optcli.config import CompileConfig
@@ -17,12 +14,7 @@ from optcli.stages.base import StageContext
 
 
 def _model(path: Path, scale: float = 1.0) -> Path:
-    w = numpy_helper.from_array(np.full((64, 64), scale, np.float32), "w")
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return make_matmul(path, width=64, scale=scale)
 
 
 def test_stage_rows_are_short_and_a_full_measurement_answers_them_too(tmp_path: Path, monkeypatch) -> None:
