@@ -17,6 +17,7 @@ from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
 from optcli.optional_imports import require
 from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
+from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 
 # ONNX op types -> the OpenVINO op types they become, for --exclude-op in NNCF's ignored scope.
 OV_OP_TYPES = {"Conv": ["Convolution", "GroupConvolution"], "ConvTranspose": ["ConvolutionBackpropData"],
@@ -110,7 +111,7 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     logging.getLogger("nncf").setLevel(logging.ERROR)
     sink = io.StringIO()
     try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), folded_weight_statistics() as fold:
             quantized = nncf.quantize(model, nncf.Dataset(items), **kwargs)
     except Exception as exc:
         raise StageError(f"NNCF quantization failed: {type(exc).__name__}: {_first_line(exc)}",
@@ -119,5 +120,5 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     ops = [op.get_type_name() for op in quantized.get_ordered_ops()]
     return xml, {"from": onnx_path.name, "seconds": round(time.perf_counter() - t0, 3), "nncf": nncf.__version__,
                  "model_type": "transformer" if transformer else "default", "calibration_samples": len(calib),
-                 "calibration_batch": batch,
+                 "calibration_batch": batch, "weight_statistics_folded": fold["folded"],
                  "fake_quantize": ops.count("FakeQuantize"), "ignored_scope": bool(scope)}
