@@ -120,6 +120,10 @@ class ExportStage(Stage):
         attempts: list[dict[str, Any]] = []
         last: Exception | None = None  # the last exporter's exception: --debug prints its traceback
         axis = sequence_axis(self.ctx.inputs, self.ctx.config.inputs, tm.module, self.ctx.target)
+        if axis is not None and tm.exported_program is not None and _fixed_length(tm.exported_program, axis):
+            # A .pt2 program's shapes were fixed when it was exported: a symbolic sequence cannot be asked
+            # of it here (trying cost BERT-base a 3 s export that always failed "specialised"; issue 16).
+            axis = None
         # A dynamic sequence first; where an exporter cannot make one, the example's length (as before).
         tries = [(e, a) for e in exporters for a in ([axis, None] if axis else [None])]
         for exporter, seq in tries:
@@ -310,6 +314,16 @@ class ExportStage(Stage):
         finally:
             runner.close()
         return results
+
+
+def _fixed_length(program: Any, seq: SequenceAxis) -> bool:
+    """Whether the exported program has a fixed size at dim 1 of any of the sequence inputs."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for name in seq.inputs:
+        fake = placeholders[name].meta.get("val") if name in placeholders else None
+        if fake is not None and len(fake.shape) > 1 and isinstance(fake.shape[1], int):
+            return True
+    return False
 
 
 def _initializer_bytes(prog: Any) -> int:

@@ -244,7 +244,9 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec], device:
         shape = []
         for i, d in enumerate(value.shape):
             sym = fake is not None and not isinstance(fake.shape[i], int)
-            shape.append("batch" if sym and i == 0 else (f"{name}_dim{i}" if sym else int(d)))
+            # Another dynamic dim (a sequence the program left free) is taken at the example's size, as an
+            # ONNX's recorded length is: calibration, checks and latency run at one shape.
+            shape.append("batch" if sym and i == 0 else int(d))
             if i == 0 and not sym and fake is not None and fixed_batch is None:
                 fixed_batch = int(d)
         specs.append(TensorSpec(name, tuple(shape), str(value.dtype).replace("torch.", "")))
