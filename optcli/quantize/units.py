@@ -119,9 +119,10 @@ def _inferred(model: Any) -> Any:
     import onnx
 
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        from optcli.optional_imports import without_package_init
 
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        infer = without_package_init("onnxruntime.tools.symbolic_shape_infer").SymbolicShapeInference
+        return infer.infer_shapes(model, auto_merge=True)
     except Exception:  # noqa: BLE001 - it asserts on graphs it cannot follow
         pass
     try:

@@ -42,7 +42,9 @@ class SimplifyStage(Stage):
             optimize_offline(artifact.path, out, "basic", hint="skip this stage with --no-simplify")
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256),
                                {"tool": "onnxruntime basic-level optimizer (model over 1.8 GB: onnxsim holds one protobuf)"})
-        onnxsim = require("onnxsim", "the simplify stage")
+        # onnxsim 0.8's package init imports torch for a PPQ integration it then finds missing: 0.9 s of
+        # its 1.1 s import where torch is not loaded (an ONNX input); it runs the same without it.
+        onnxsim = require("onnxsim", "the simplify stage", hide=("torch",))
         model = load_onnx(artifact.path)
         inputs_before, _ = io_specs(model)
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
-from optcli.optional_imports import require
+from optcli.optional_imports import hidden, require
 from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
 from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 
@@ -89,6 +89,19 @@ def _ignored_scope(nncf: Any, nodes: list[str], op_types: list[str]) -> Any:
     return nncf.IgnoredScope(patterns=patterns, types=types, validate=False)
 
 
+def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, int]:
+    """nncf.quantize with torch hidden (an ov.Model never needs it), again without where NNCF did need it;
+    (the quantized model, how many weight statistics were folded)."""
+    for hide in (("torch",), ()):
+        try:
+            with hidden(hide), folded_weight_statistics() as fold:
+                return nncf.quantize(model, nncf.Dataset(items), **kwargs), fold["folded"]
+        except ImportError as exc:
+            if not hide or (exc.name or "").split(".")[0] not in hide:
+                raise
+    raise AssertionError("unreachable")
+
+
 def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: bool, exclude_nodes: list[str],
               exclude_ops: list[str], facts: dict[str, str], precision: str) -> tuple[Path, dict[str, Any]]:
     """NNCF post-training INT8 of the FP32 ONNX (as an IR) from the calibration samples, with NNCF's
@@ -96,7 +109,9 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     model_type=TRANSFORMER (its SmoothQuant and placement; without it a pretrained sentence encoder
     fell to cosine 0.63 here), and the user's exclusions become its ignored scope."""
     ov = require("openvino", "NNCF INT8 for OpenVINO")
-    nncf = require("nncf", "NNCF INT8 for OpenVINO")
+    # NNCF imports torch where it is installed (its torch tensor functions at import, its backend check in
+    # quantize: 0.9 s here) though an ov.Model never needs it; it does without it where it finds none.
+    nncf = require("nncf", "NNCF INT8 for OpenVINO", hide=("torch",))
     t0 = time.perf_counter()
     model = ov.convert_model(str(onnx_path))
     names = [p.get_any_name() for p in model.inputs]
@@ -111,8 +126,8 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     logging.getLogger("nncf").setLevel(logging.ERROR)
     sink = io.StringIO()
     try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), folded_weight_statistics() as fold:
-            quantized = nncf.quantize(model, nncf.Dataset(items), **kwargs)
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            quantized, folded = _quantize(nncf, model, items, kwargs)
     except Exception as exc:
         raise StageError(f"NNCF quantization failed: {type(exc).__name__}: {_first_line(exc)}",
                          hint="turn the NNCF candidate off with [cpu] nncf = \"off\"") from exc
@@ -120,5 +135,5 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     ops = [op.get_type_name() for op in quantized.get_ordered_ops()]
     return xml, {"from": onnx_path.name, "seconds": round(time.perf_counter() - t0, 3), "nncf": nncf.__version__,
                  "model_type": "transformer" if transformer else "default", "calibration_samples": len(calib),
-                 "calibration_batch": batch, "weight_statistics_folded": fold["folded"],
+                 "calibration_batch": batch, "weight_statistics_folded": folded,
                  "fake_quantize": ops.count("FakeQuantize"), "ignored_scope": bool(scope)}
