@@ -35,6 +35,23 @@ def _extra_of(top: str) -> tuple[str, str]:
     return _EXTRAS.get(top, (top, "cpu"))
 
 
+# Set by the command line: this process is optcli's own, not a program that imported optcli. Only then
+# may a package be imported with torch hidden when it sets up its torch support once, at import (NNCF's
+# tensor functions): a host program could want that support complete later.
+_OWN_PROCESS = False
+
+
+def own_process() -> None:
+    """Mark this process as optcli's own command line (see torch_if_own_process)."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+
+
+def torch_if_own_process() -> tuple[str, ...]:
+    """("torch",) to hide where this process is optcli's own, else ()."""
+    return ("torch",) if _OWN_PROCESS else ()
+
+
 class _Hidden(importlib.abc.MetaPathFinder):
     """Makes `names` (top-level packages) look absent to imports made on one thread: their spec has no
     loader and no origin, so `import` raises ImportError ("missing loader") and a probe of

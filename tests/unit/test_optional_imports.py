@@ -142,6 +142,8 @@ def test_nncf_that_needs_torch_after_all_gets_it(tmp_path: Path) -> None:
         import sys
         import numpy as np
         from optcli.optional_imports import require
+        from optcli.optional_imports import own_process
+        own_process()  # as the command line does
         nncf = require("nncf", "a test", hide=("torch",))
         from optcli.backends.openvino import ir
         assert "torch" not in sys.modules
@@ -161,3 +163,30 @@ def test_nncf_that_needs_torch_after_all_gets_it(tmp_path: Path) -> None:
                          cwd=str(Path(__file__).parent))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-3:] == ["quantized", "True", "True"]
+
+
+def test_a_program_that_imported_optcli_gets_nncf_with_its_torch_support(tmp_path: Path) -> None:
+    """Only optcli's own process hides torch from NNCF: NNCF sets up its torch support once, at import,
+    and a program that called optcli's API may quantize a torch model with NNCF afterwards."""
+    pytest.importorskip("nncf")
+    from test_nncf_weight_statistics import _mlp
+
+    model = _mlp(tmp_path / "mlp.onnx")
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        import numpy as np
+        from optcli.backends.openvino import ir
+        from optcli.calibration.dataset import SampleSet
+
+        calib = SampleSet({{"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}}, None, "t", "npz")
+        ir.nncf_int8(Path({str(model)!r}), Path({str(tmp_path / "q")!r}), calib, transformer=False, exclude_nodes=[],
+                     exclude_ops=[], facts={{}}, precision="int8")
+        import torch
+        from nncf.tensor import Tensor, functions
+        print("torch tensors:", float(functions.max(Tensor(torch.ones(2))).data) == 1.0)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(Path(__file__).parent))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "True"

@@ -15,7 +15,7 @@ from typing import Any
 
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
-from optcli.optional_imports import hidden, require
+from optcli.optional_imports import hidden, require, torch_if_own_process
 from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
 from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 
@@ -92,7 +92,7 @@ def _ignored_scope(nncf: Any, nodes: list[str], op_types: list[str]) -> Any:
 def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, int]:
     """nncf.quantize with torch hidden (an ov.Model never needs it), again without where NNCF did need it;
     (the quantized model, how many weight statistics were folded)."""
-    for hide in (("torch",), ()):
+    for hide in (torch_if_own_process(), ()):
         try:
             with hidden(hide), folded_weight_statistics() as fold:
                 return nncf.quantize(model, nncf.Dataset(items), **kwargs), fold["folded"]
@@ -111,7 +111,9 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     ov = require("openvino", "NNCF INT8 for OpenVINO")
     # NNCF imports torch where it is installed (its torch tensor functions at import, its backend check in
     # quantize: 0.9 s here) though an ov.Model never needs it; it does without it where it finds none.
-    nncf = require("nncf", "NNCF INT8 for OpenVINO", hide=("torch",))
+    # Hidden in optcli's own process only: NNCF sets up its torch support once, and a program that
+    # imported optcli may want it.
+    nncf = require("nncf", "NNCF INT8 for OpenVINO", hide=torch_if_own_process())
     t0 = time.perf_counter()
     model = ov.convert_model(str(onnx_path))
     names = [p.get_any_name() for p in model.inputs]
