@@ -11,7 +11,7 @@ from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
-from optcli.optional_imports import require
+from optcli.optional_imports import require, torch_if_own_process
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
 
@@ -43,8 +43,9 @@ class SimplifyStage(Stage):
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256),
                                {"tool": "onnxruntime basic-level optimizer (model over 1.8 GB: onnxsim holds one protobuf)"})
         # onnxsim 0.8's package init imports torch for a PPQ integration it then finds missing: 0.9 s of
-        # its 1.1 s import where torch is not loaded (an ONNX input); it runs the same without it.
-        onnxsim = require("onnxsim", "the simplify stage", hide=("torch",))
+        # its 1.1 s import where torch is not loaded (an ONNX input); it runs the same without it. On the
+        # command line only: a program that imported optcli keeps onnxsim as it would load it itself.
+        onnxsim = require("onnxsim", "the simplify stage", hide=torch_if_own_process())
         model = load_onnx(artifact.path)
         inputs_before, _ = io_specs(model)
         try:
