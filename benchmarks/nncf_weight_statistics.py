@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import filecmp
-import glob
 import io
 import logging
 import sys
@@ -19,14 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's optcli
-
-
-def _load(folder: str) -> dict[str, np.ndarray]:
-    parts = [np.load(f) for f in sorted(glob.glob(f"{folder}/*.npz"))]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0].files}
+from cpu_backends import _load  # noqa: E402
 
 
 def main() -> None:
@@ -40,15 +33,14 @@ def main() -> None:
     import nncf
     import openvino as ov
 
+    from optcli.backends.openvino.ir import _calibration_items
     from optcli.backends.openvino.weight_statistics import folded_weight_statistics
+    from optcli.calibration.dataset import SampleSet
 
     model = ov.convert_model(args.onnx)
     names = [p.get_any_name() for p in model.inputs]
-    calib = _load(f"{args.data}/calib")
-    n = len(calib[names[0]])
-    batch = 8 if model.inputs[0].get_partial_shape()[0].is_dynamic else 1
-    order = np.argsort(calib["attention_mask"].sum(1), kind="stable") if "attention_mask" in calib else np.arange(n)
-    items = [{k: calib[k][order[i:i + batch]] for k in names} for i in range(0, n, batch)]
+    arrays, _ = _load(Path(args.data) / "calib", names)
+    items, _ = _calibration_items(model, names, SampleSet(arrays, None, args.data, "npz"))  # as optcli feeds NNCF
     kwargs = {"subset_size": len(items)}
     if not args.default:
         kwargs["model_type"] = nncf.ModelType.TRANSFORMER

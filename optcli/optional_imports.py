@@ -8,12 +8,14 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from optcli.errors import MissingDependencyError
+
+T = TypeVar("T")
 
 # module name -> (pip package, optcli extra), for what is not a backend (a backend's descriptor names its
 # package and extra: optcli/backends/registry.py).
@@ -81,18 +83,24 @@ def hidden(names: Sequence[str]) -> Iterator[None]:
         sys.meta_path.remove(finder)
 
 
+def with_hidden(hide: Sequence[str], fn: Callable[[], T]) -> T:
+    """fn() with `hide` hidden (see `hidden`), and fn() again with nothing hidden where it raised
+    ImportError for one of them: it needs what was hidden after all."""
+    try:
+        with hidden(hide):
+            return fn()
+    except ImportError as exc:
+        if not hide or (exc.name or "").split(".")[0] not in hide:
+            raise
+    return fn()
+
+
 def require(module: str, purpose: str, hide: Sequence[str] = ()) -> ModuleType:
     """Import `module` or raise MissingDependencyError naming the optcli extra that provides it.
     `hide`: packages the import must not load where they are not loaded yet (an optional integration
     `module` probes for at import time and can do without); other threads still import them."""
     try:
-        try:
-            with hidden(hide):
-                return importlib.import_module(module)
-        except ImportError as exc:
-            if not hide or (exc.name or "").split(".")[0] not in hide:
-                raise
-            return importlib.import_module(module)  # it needs what was hidden after all
+        return with_hidden(hide, lambda: importlib.import_module(module))
     except ImportError as exc:
         top = module.split(".")[0]
         package, extra = _extra_of(top)

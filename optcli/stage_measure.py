@@ -14,6 +14,7 @@ from optcli.errors import OptcliError, StageError, UsageError, model_error_line
 from optcli.latency import LatencyStats, stats_from_samples, time_calls
 from optcli.onnx_model import graph_summary
 from optcli.report import StageReport
+from optcli.runtime.pool import session_options
 from optcli.stages import Stage, StageContext
 from optcli.tensor_spec import format_shape, random_inputs
 
@@ -48,16 +49,13 @@ class Measurements:
             from optcli.backends.torch.runner import TorchRunner
 
             return TorchRunner(ctx.torch_model.module, ctx.inputs, threads=self.config.bench.threads)
-        return ctx.runners.borrow(ctx.source.path, ctx.source.format, optimization="all",
-                                  threads=self.config.bench.threads)
+        return ctx.runners.borrow(ctx.source.path, ctx.source.format,
+                                  **session_options(ctx.source.format, self.config.bench.threads))
 
     def artifact_runner(self, ctx: StageContext, artifact: Artifact, optimization: str) -> Any:
-        from optcli.backends.registry import for_format
-
-        options: dict[str, Any] = {"threads": self.config.bench.threads}
-        if for_format(artifact.format).takes_optimization:
-            options["optimization"] = optimization
-        options.update(artifact.meta.get("runner_options", {}))  # e.g. an OpenVINO IR's precision
+        # runner_options: e.g. an OpenVINO IR's precision
+        options = session_options(artifact.format, self.config.bench.threads, optimization,
+                                  artifact.meta.get("runner_options"))
         return ctx.runners.borrow(artifact.path, artifact.format, **options)
 
     # -- the reference and accuracy ----------------------------------------------------------

@@ -121,6 +121,24 @@ def make_matmul(path: Path, width: int = 64, scale: float = 1.0) -> Path:
     return path
 
 
+def make_mlp(path: Path) -> Path:
+    """Y = (Relu(X @ W1 + B1)) @ W2 + B2: X (N, 32) -> Y (N, 16), random weights (two weights for NNCF)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in [("w1", (32, 64)), ("b1", (64,)), ("w2", (64, 16)), ("b2", (16,))]]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def make_matmul_add_relu(path: Path, batch: str | int = "N", opset: int = 17) -> Path:
     """Y = Relu(X @ W + B): X (batch, 4) float32 -> Y (batch, 3)."""
     import numpy as np

@@ -18,12 +18,12 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
     """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors. With
     the run's `pool` (optcli/runtime/pool.py) the session is borrowed from it and given back."""
     from optcli.backends.registry import ONNX
-    from optcli.runtime.pool import RunnerPool
+    from optcli.runtime.pool import RunnerPool, session_options
 
     target = path
     if extra_outputs:
         target = expose_tensors(path, extra_outputs)
-    options = {"optimization": "all", "threads": None, **(runner_options or {})}  # the runner's defaults, named
+    options = session_options(ONNX, None, "all", runner_options)
     pool = pool if pool is not None and target == path else RunnerPool(max_idle=0)
     runner = pool.borrow(target, ONNX, **options)
     try:
@@ -114,9 +114,10 @@ def expose_tensors(path: Path, tensors: list[str]) -> Path:
 
 
 def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: SampleSet,
-             runner_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy)."""
-    outs, names = run_model(candidate, samples, runner_options=runner_options)
+             runner_options: dict[str, Any] | None = None, pool: Any = None) -> dict[str, Any]:
+    """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy);
+    on a session from the run's `pool` where given (the stage's output: its row runs on it next)."""
+    outs, names = run_model(candidate, samples, runner_options=runner_options, pool=pool)
     summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source

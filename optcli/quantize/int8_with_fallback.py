@@ -72,10 +72,11 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
     reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
+    session = {"runner_options": {"threads": ctx.config.bench.threads}, "pool": ctx.runners}  # the row's
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
     counts = qz.write(out, [])
-    first = evaluate(out, reference, ev)
+    first = evaluate(out, reference, ev, **session)
     failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
     fallback = None
     excluded: list[str] = []
@@ -97,7 +98,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
             fallback["warning"] = (f"the result ran no faster than FP32 (p50 {latency['after']} ms vs "
                                    f"{latency['fp32']} ms, a quick measurement): loosen the tolerance, or "
                                    "keep whole blocks in float with --exclude")
-    final_acc = evaluate(out, reference, ev) if excluded else dict(first)
+    final_acc = evaluate(out, reference, ev, **session) if excluded else dict(first)
     final_acc["reference"] = "fp32-onnx"
     if fallback is not None:
         fallback["accuracy_after"] = _brief(final_acc)

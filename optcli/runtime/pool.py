@@ -18,6 +18,19 @@ MAX_IDLE = 3
 MAX_IDLE_BYTES = 1 << 30  # a larger model's sessions are closed as before: memory over seconds
 
 
+def session_options(fmt: str, threads: int | None, optimization: str = "all",
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A runner's options with its defaults named (the threads, and onnxruntime's level where the format
+    takes one), plus `extra` (e.g. an IR's precision): one session asked for by a stage row, a candidate
+    check and the final measurement is one pool key only if they all spell its options this way."""
+    from optcli.backends.registry import for_format
+
+    options: dict[str, Any] = {"threads": threads}
+    if for_format(fmt).takes_optimization:
+        options["optimization"] = optimization
+    return {**options, **(extra or {})}
+
+
 def _model_files(path: Path) -> list[Path]:
     """The file and what belongs to it: an IR's .bin, an ONNX graph's external data (the weights)."""
     from optcli.artifact import onnx_external_files
@@ -53,9 +66,9 @@ class RunnerPool:
         key, size = None, 0  # a folder model (its files change, the folder's key does not): not kept
         if path.is_file():
             try:
-                files = _model_files(path)
-                key = (fmt, _content_key(files), json.dumps(options, sort_keys=True, default=str))
-                size = sum(f.stat().st_size for f in files)
+                content = _content_key(_model_files(path))
+                key = (fmt, content, json.dumps(options, sort_keys=True, default=str))
+                size = sum(st_size for _, _, st_size, _ in content)
             except OSError:
                 key = None
         if key is not None:

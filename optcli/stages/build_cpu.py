@@ -317,10 +317,10 @@ class BuildCpuStage(Stage):
 
     def _open(self, cand: Candidate, threads: int | None) -> Any:
         """From the run's pool: the chosen candidate's runner serves its stage row and the final measurement."""
-        options: dict[str, Any] = {"threads": threads}
-        if registry.for_format(cand.format).takes_optimization:
-            options["optimization"] = "all"  # the runner's default, named: the final measurement asks for it
-        return self.ctx.runners.borrow(cand.path, cand.format, **{**options, **cand.runner_options})
+        from optcli.runtime.pool import session_options
+
+        return self.ctx.runners.borrow(cand.path, cand.format,
+                                       **session_options(cand.format, threads, "all", cand.runner_options))
 
     def _place(self, chosen: Candidate, artifact: Artifact, workdir: Path) -> Artifact:
         """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where

@@ -13,6 +13,7 @@ import numpy as np
 
 from optcli.accuracy import compare_outputs
 from optcli.backends.registry import ONNX
+from optcli.runtime.pool import session_options
 from optcli.tensor_spec import TensorSpec, random_inputs
 
 # The rewrite changes which positions are computed, not how: the outputs must match as FP32 does.
@@ -79,7 +80,7 @@ class GraphRuns:
     def run(self, path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
         runner = self._runners.get(path)
         if runner is None:
-            runner = self._runners[path] = self._pool.borrow(path, ONNX, optimization="all", threads=self._threads)
+            runner = self._runners[path] = self._pool.borrow(path, ONNX, **session_options(ONNX, self._threads))
         n = len(next(iter(feeds.values())))
         chunks = [runner.run_normalized(runner.normalize({k: v[i:i + batch] for k, v in feeds.items()}))
                   for i in range(0, n, batch)]

@@ -7,10 +7,9 @@ import filecmp
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from compile_testkit import make_mlp
 from optcli.calibration.dataset import SampleSet
 
 ov = pytest.importorskip("openvino")
@@ -53,19 +52,6 @@ def test_constant_reductions_become_constants_with_their_names_and_values() -> N
         assert after[name].shape == value.shape and np.array_equal(after[name], value), name
 
 
-def _mlp(path: Path) -> Path:
-    rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-             for name, shape in [("w1", (32, 64)), ("b1", (64,)), ("w2", (64, 16)), ("b2", (16,))]]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
-             helper.make_node("Add", ["o", "b2"], ["y"])]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
-
 @pytest.mark.parametrize("transformer", [False, True])
 def test_nncf_int8_folds_weight_statistics_and_writes_the_same_ir(tmp_path: Path, transformer: bool,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +60,7 @@ def test_nncf_int8_folds_weight_statistics_and_writes_the_same_ir(tmp_path: Path
 
     from optcli.backends.openvino import ir
 
-    model = _mlp(tmp_path / "mlp.onnx")
+    model = make_mlp(tmp_path / "mlp.onnx")
     calib = SampleSet({"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}, None, "t", "npz")
     kwargs = dict(transformer=transformer, exclude_nodes=[], exclude_ops=[], facts={}, precision="int8")
     xml, facts = ir.nncf_int8(model, tmp_path / "folded", calib, **kwargs)

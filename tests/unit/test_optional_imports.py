@@ -135,9 +135,9 @@ def test_nncf_that_needs_torch_after_all_gets_it(tmp_path: Path) -> None:
     """Where NNCF does import torch during quantize (a version that needs it for an ov.Model), the call
     is made again with torch visible, not failed."""
     pytest.importorskip("nncf")
-    from test_nncf_weight_statistics import _mlp
+    from compile_testkit import make_mlp
 
-    model = _mlp(tmp_path / "mlp.onnx")
+    model = make_mlp(tmp_path / "mlp.onnx")
     code = textwrap.dedent(f"""
         import sys
         import numpy as np
@@ -169,9 +169,9 @@ def test_a_program_that_imported_optcli_gets_nncf_with_its_torch_support(tmp_pat
     """Only optcli's own process hides torch from NNCF: NNCF sets up its torch support once, at import,
     and a program that called optcli's API may quantize a torch model with NNCF afterwards."""
     pytest.importorskip("nncf")
-    from test_nncf_weight_statistics import _mlp
+    from compile_testkit import make_mlp
 
-    model = _mlp(tmp_path / "mlp.onnx")
+    model = make_mlp(tmp_path / "mlp.onnx")
     code = textwrap.dedent(f"""
         import sys
         from pathlib import Path

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 from compile_testkit import make_matmul
 from optcli.runtime.pool import RunnerPool
@@ -145,3 +146,36 @@ def test_an_onnx_graphs_external_weights_count_toward_the_bound(tmp_path: Path, 
     with roomy.runner(path, "onnx") as again:
         assert again is first
     roomy.close()
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_compile_opens_the_artifact_it_ships_once(tmp_path: Path, backend: str, monkeypatch) -> None:
+    """Every user of the shipped artifact (the INT8 gate, the candidate's check and race, its stage row,
+    the final figure) asks the pool for it in the same words (`session_options`), so one session serves
+    them all: the quantize stage's gate opened its own before, and a drift in one spelling would too.
+    (Fast search: under --search thorough more candidates than the pool keeps idle may be checked before
+    the race, and the winner's check session can be closed before its race: the pool's bound, by design.)"""
+    if backend == "openvino":
+        pytest.importorskip("openvino")
+    import optcli.runtime as runtime
+    from compile_testkit import make_conv_bn_relu_add, read_report, run_main
+
+    model = make_conv_bn_relu_add(tmp_path / "m.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    np.savez(calib / "a.npz", X=rng.standard_normal((16, 3, 8, 8)).astype(np.float32),
+             Z=rng.standard_normal((16, 4, 8, 8)).astype(np.float32))
+    opened: list[int] = []
+    real = runtime.open_runner
+
+    def counting(path, fmt, **options):
+        opened.append(os.stat(path).st_ino)
+        return real(path, fmt, **options)
+
+    monkeypatch.setattr(runtime, "open_runner", counting)
+    code, _, err = run_main("compile", str(model), "--int8", "--calib", str(calib), "--out", str(tmp_path / "o"),
+                            "--target", "cpu", "--backend", backend)
+    assert code == 0, err
+    final = tmp_path / "o" / read_report(tmp_path / "o")["final"]["artifact"]
+    assert opened.count(os.stat(final).st_ino) == 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
-from optcli.optional_imports import hidden, require, torch_if_own_process
+from optcli.optional_imports import require, torch_if_own_process, with_hidden
 from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
 from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 
@@ -92,14 +92,11 @@ def _ignored_scope(nncf: Any, nodes: list[str], op_types: list[str]) -> Any:
 def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, int]:
     """nncf.quantize with torch hidden (an ov.Model never needs it), again without where NNCF did need it;
     (the quantized model, how many weight statistics were folded)."""
-    for hide in (torch_if_own_process(), ()):
-        try:
-            with hidden(hide), folded_weight_statistics() as fold:
-                return nncf.quantize(model, nncf.Dataset(items), **kwargs), fold["folded"]
-        except ImportError as exc:
-            if not hide or (exc.name or "").split(".")[0] not in hide:
-                raise
-    raise AssertionError("unreachable")
+    def call() -> tuple[Any, int]:
+        with folded_weight_statistics() as fold:
+            return nncf.quantize(model, nncf.Dataset(items), **kwargs), fold["folded"]
+
+    return with_hidden(torch_if_own_process(), call)
 
 
 def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: bool, exclude_nodes: list[str],
