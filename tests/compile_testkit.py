@@ -121,6 +121,17 @@ def make_matmul(path: Path, width: int = 64, scale: float = 1.0) -> Path:
     return path
 
 
+def make_conv_calib(folder: Path, rows: int = 16) -> Path:
+    """Calibration samples for make_conv_bn_relu_add's inputs X (rows, 3, 8, 8) and Z (rows, 4, 8, 8)."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    np.savez(folder / "a.npz", X=rng.standard_normal((rows, 3, 8, 8)).astype(np.float32),
+             Z=rng.standard_normal((rows, 4, 8, 8)).astype(np.float32))
+    return folder
+
+
 def make_mlp(path: Path) -> Path:
     """Y = (Relu(X @ W1 + B1)) @ W2 + B2: X (N, 32) -> Y (N, 16), random weights (two weights for NNCF)."""
     import numpy as np

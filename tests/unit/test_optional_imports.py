@@ -94,20 +94,14 @@ def test_an_onnx_int8_compile_loads_no_torch(tmp_path: Path, backend: str) -> No
     """The class behind these: an ONNX input compiled for the CPU never needs torch, so nothing may import
     it (onnxsim's init, onnxruntime.tools' init and NNCF did: 1.4 s of the sample CNN's 4.5 s compile).
     The OpenVINO case searches thoroughly, so NNCF builds too."""
-    import numpy as np
-
     if backend == "openvino":
         pytest.importorskip("openvino")
         pytest.importorskip("nncf")
 
-    from compile_testkit import make_conv_bn_relu_add
+    from compile_testkit import make_conv_bn_relu_add, make_conv_calib
 
     model = make_conv_bn_relu_add(tmp_path / "m.onnx")
-    calib = tmp_path / "calib"
-    calib.mkdir()
-    rng = np.random.default_rng(0)
-    np.savez(calib / "a.npz", X=rng.standard_normal((8, 3, 8, 8)).astype(np.float32),
-             Z=rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
+    calib = make_conv_calib(tmp_path / "calib", rows=8)
     code = textwrap.dedent(f"""
         import sys
         from optcli.cli.main import main

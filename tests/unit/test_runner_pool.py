@@ -158,14 +158,10 @@ def test_a_compile_opens_the_artifact_it_ships_once(tmp_path: Path, backend: str
     if backend == "openvino":
         pytest.importorskip("openvino")
     import optcli.runtime as runtime
-    from compile_testkit import make_conv_bn_relu_add, read_report, run_main
+    from compile_testkit import make_conv_bn_relu_add, make_conv_calib, read_report, run_main
 
     model = make_conv_bn_relu_add(tmp_path / "m.onnx")
-    calib = tmp_path / "calib"
-    calib.mkdir()
-    rng = np.random.default_rng(0)
-    np.savez(calib / "a.npz", X=rng.standard_normal((16, 3, 8, 8)).astype(np.float32),
-             Z=rng.standard_normal((16, 4, 8, 8)).astype(np.float32))
+    calib = make_conv_calib(tmp_path / "calib")
     opened: list[int] = []
     real = runtime.open_runner
 
