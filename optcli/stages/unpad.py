@@ -81,8 +81,9 @@ class UnpadStage(Stage):
         details: dict[str, Any] = {"applied": False}
         out = workdir / "model.onnx"
         bucket = unpad_config(self.ctx.config).bucket
+        held_out = self._held_out()
         reason = rewrite_and_prove(artifact.path, out, inputs=self.ctx.inputs, int_high=self.ctx.int_high,
-                                   bucket=bucket, runs=runs, details=details, held_out=self._held_out())
+                                   bucket=bucket, runs=runs, details=details, held_out=held_out)
         if reason is None and self.ctx.target == "tensorrt":
             reason = self._tensorrt_refusal(out)
             if reason:
@@ -97,16 +98,23 @@ class UnpadStage(Stage):
         meta: dict[str, Any] = {"unpad_bucket": bucket, "unpad_sequence_outputs": details.get("sequence_outputs", {})}
         if artifact.meta.get("flavour"):
             meta["flavour"] = artifact.meta["flavour"]
-        return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256, meta=meta), details)
+        made = Artifact(out, "onnx", stage=self.name, parent=artifact.sha256, meta=meta)
+        if held_out is not None and held_out.outputs is not None:
+            from optcli.quantize.evaluate import remember_reference
 
-    def _held_out(self) -> tuple[str, dict[str, Any]] | None:
+            # The proof ran the rewrite on every held-out row: later stages' FP32 reference on that data.
+            remember_reference(self.ctx.samples, made.sha256, held_out.samples, held_out.outputs)
+        return StageResult(made, details)
+
+    def _held_out(self) -> Any:
+        """The held-out data (an apply.HeldOut), or None without --calib / --eval."""
         q = self.ctx.config.quantize
         if q.calib is None and q.eval is None:
             return None
         from optcli.calibration.split import evaluation_set
+        from optcli.unpad.apply import HeldOut
 
-        data = evaluation_set(q, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high)
-        return data.source, data.arrays
+        return HeldOut(evaluation_set(q, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high))
 
     def _tensorrt_refusal(self, path: Path) -> str | None:
         from optcli.backends.tensorrt.preflight import check_file
