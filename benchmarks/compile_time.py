@@ -56,6 +56,7 @@ def compile_once(name: str, search: str, out: Path, model: str | None = None) ->
         d = build.details
         row.update(chosen=d.get("chosen"), why=d.get("why"), cosine=(build.accuracy or {}).get("cosine_mean"),
                    artifact=str(out / report.final["artifact"]), format=report.final["format"],
+                   sha256=report.final.get("sha256"),
                    runner_options=report.final.get("runner_options") or {},
                    export=str(out / report.stage("export").artifact) if report.stage("export").artifact else None,
                    candidates={c["name"]: {"status": c["status"], **((c.get("search") or {}).get("seconds") or {})}
@@ -159,6 +160,32 @@ def bench(name: str, out: Path, reps: int, rounds: int, searches: tuple[str, ...
     return result
 
 
+def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The two runs shipped the same model: the same bytes, or for an OpenVINO IR the same weights and
+    the same graph apart from node names (numbered per process) and optcli's records (rt_info)."""
+    import xml.etree.ElementTree as ET
+
+    if not a.get("artifact") or not b.get("artifact"):
+        return False
+    if a.get("sha256") == b.get("sha256"):
+        return True
+    pa, pb = Path(a["artifact"]), Path(b["artifact"])
+    if pa.suffix != ".xml" or pb.suffix != ".xml" or \
+            pa.with_suffix(".bin").read_bytes() != pb.with_suffix(".bin").read_bytes():
+        return False
+
+    def graph(path: Path) -> bytes:
+        root = ET.parse(path).getroot()
+        for parent in root.iter():
+            for child in [c for c in parent if c.tag == "rt_info"]:
+                parent.remove(child)
+        for el in root.iter():
+            el.attrib.pop("name", None)
+        return ET.tostring(root)
+
+    return graph(pa) == graph(pb)
+
+
 def _int8_work(r: dict[str, Any]) -> float:
     return sum(r["stages_s"].get(k, 0.0) for k in ("quantize-int8", "build-cpu"))
 
@@ -188,8 +215,12 @@ def summary(res: dict[str, Any]) -> list[str]:
                          f"outside stages {r['around_stages_s']:.1f} s; chose {r['chosen']} (cosine {r['cosine']:.5f}){p50}")
             lines.append(f"    candidates: {json.dumps(r['candidates'])}")
         f, t = run.get("fast", {}), run.get("thorough", {})
-        if f.get("chosen") and f.get("chosen") == t.get("chosen"):
-            lines.append("fast and thorough chose the same candidate (their p50s differ by noise alone)")
+        if same_model(f, t):
+            # The speed ratio below is then this machine's spread between two compiled copies of one model.
+            lines.append("fast and thorough shipped the same model (same weights and graph; their p50s differ by "
+                         "noise alone)")
+        elif f.get("chosen") and f.get("chosen") == t.get("chosen"):
+            lines.append("fast and thorough chose the same candidate, built differently")
         if "fast" in sp and "thorough" in sp and f.get("cosine") and t.get("cosine"):
             lines.append(f"fast vs thorough: speed {sp['thorough']['p50'] / sp['fast']['p50']:.3f}x, "
                          f"cosine {f['cosine']:.5f} vs {t['cosine']:.5f}, compile {t['wall_s'] / f['wall_s']:.2f}x faster")

@@ -68,7 +68,8 @@ class GraphRuns:
     the synthetic proof and the held-out data (a BERT-base session costs seconds to create). With the
     run's `pool` (optcli/runtime/pool.py) the sessions are borrowed at the measurements' setting
     (optimization all, the bench threads): the user's model is already open for the reference, and the
-    proven rewrite stays open for its stage row and build-cpu's FP32 reference."""
+    proven rewrite stays open for its stage row (its outputs on the held-out rows, run_samples, are
+    the run's FP32 reference there)."""
 
     def __init__(self, pool: Any = None, threads: int | None = None) -> None:
         from optcli.runtime.pool import RunnerPool
