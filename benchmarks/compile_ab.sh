@@ -5,6 +5,7 @@
 #
 #   git worktree add /tmp/optcli-old <commit>
 #   benchmarks/compile_ab.sh /tmp/optcli-old . [rounds] [models]
+#   FROM=pt2 benchmarks/compile_ab.sh ...   # from the eval model's .pt2 instead (what users run)
 #
 # Needs `python benchmarks/cpu_models.py --out optcli-out/cpu-models --only bert_base,minilm` (data) and
 # `python benchmarks/compile_time.py` once (its pt2-fast-0/01-export/model.onnx is the source).
@@ -15,6 +16,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for model in $MODELS; do
     data=$NEW/optcli-out/cpu-models/$model
     src=$NEW/optcli-out/compile-time/$model/pt2-fast-0/01-export/model.onnx
+    [ "${FROM:-onnx}" = pt2 ] && src=$NEW/optcli-out/cpu-models/$model.pt2
     for which in old new; do
       [ "$which" = old ] && dir=$OLD || dir=$NEW
       out=/tmp/optcli-ab-$which-$model

@@ -160,7 +160,8 @@ class Pipeline:
         for index, (stage, record) in enumerate(zip(stages, report.stages), 1):
             self._current = record
             self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
-            artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference)
+            artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference,
+                                       stages[index:])
             ctx.facts["artifacts"][stage.name] = artifact
             report.write(self.out)
             self.emit("stage_end", record.to_json())
@@ -193,7 +194,7 @@ class Pipeline:
         report.write(self.out)
 
     def _run_stage(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact,
-                   stage_dir: Path, reference: dict[str, Any]) -> Artifact:
+                   stage_dir: Path, reference: dict[str, Any], later: list[Stage]) -> Artifact:
         reason = stage.skip_reason(artifact)
         if reason:
             record.status, record.reason = "skipped", reason
@@ -201,7 +202,7 @@ class Pipeline:
         key = cache_key(stage, artifact)
         cached = None if self.config.force else load_record(stage_dir, key)
         if cached is not None:
-            return self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference)
+            return self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference, later)
         t0 = time.perf_counter()
         try:
             with atomic_dir(stage_dir) as tmp:
@@ -209,7 +210,8 @@ class Pipeline:
                 record.details, record.seconds = result.details, round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
                 t_measure = time.perf_counter()
-                self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, result.accuracy)
+                self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, result.accuracy,
+                                          self._row_setting(stage, later, result.artifact))
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
                 write_record(tmp, key, self.measure.bench_key(), rel, result.artifact, record)
@@ -226,7 +228,7 @@ class Pipeline:
         return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
-               cached: dict[str, Any], reference: dict[str, Any]) -> Artifact:
+               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]) -> Artifact:
         out = cached_artifact(stage_dir, cached, stage.name, artifact.sha256)
         record.status, record.seconds, record.details = "cached", cached["seconds"], cached["details"]
         record.artifact = str((stage_dir / cached["artifact"]).relative_to(self.out))
@@ -237,10 +239,27 @@ class Pipeline:
             self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
         else:
             t_measure = time.perf_counter()
-            self.measure.around_stage(ctx, stage, record, artifact, out, reference)
+            self.measure.around_stage(ctx, stage, record, artifact, out, reference,
+                                      optimization=self._row_setting(stage, later, out))
             record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
         return self._declined(record, artifact, out)
+
+    def _row_setting(self, stage: Stage, later: list[Stage], made: Artifact) -> str:
+        """The setting `stage`'s row is timed at: its own, or for a stage without one (export) the setting
+        of the next stage that runs on `made` ("all" where none does: the final figure's), so `made` is
+        timed once. Asking a later stage early is asking what its own turn will ask of the same artifact."""
+        if stage.measure_optimization is not None:
+            return stage.measure_optimization
+        if not self.config.bench.enabled:
+            return "disabled"
+        for nxt in later:
+            try:
+                if nxt.skip_reason(made) is None:
+                    return nxt.measure_optimization or "all"
+            except OptcliError:  # its own turn raises it again, as that stage's error
+                return "disabled"
+        return "all"
 
     @staticmethod
     def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:

@@ -164,8 +164,11 @@ class Measurements:
 
     # -- around a stage, and at the end ------------------------------------------------------
     def around_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact, after: Artifact,
-                     reference: dict[str, Any], accuracy: dict[str, Any] | None = None) -> None:
-        """Graph statistics, latency before/after and accuracy into the stage's report."""
+                     reference: dict[str, Any], accuracy: dict[str, Any] | None = None,
+                     optimization: str | None = None) -> None:
+        """Graph statistics, latency before/after and accuracy into the stage's report, at `optimization`
+        (default: the stage's measure_optimization)."""
+        setting = optimization or stage.measure_optimization or "disabled"
         if before.format == ONNX:
             g = graph_summary(before.path)
             record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
@@ -176,10 +179,10 @@ class Measurements:
         # second): the accuracy of a row is taken at the row's setting, the graph as the stage wrote it.
         shared = None
         try:
-            lat_before = self.latency(ctx, before, stage.measure_optimization)
+            lat_before = self.latency(ctx, before, setting)
             if accuracy is None and not self._is_torch_source(ctx, after):
-                shared = self.artifact_runner(ctx, after, stage.measure_optimization)
-            lat_after = self.latency(ctx, after, stage.measure_optimization, full=stage.builds_deployable, runner=shared)
+                shared = self.artifact_runner(ctx, after, setting)
+            lat_after = self.latency(ctx, after, setting, full=stage.builds_deployable, runner=shared)
             record.accuracy = accuracy if accuracy is not None else self.accuracy(ctx, after, reference, runner=shared)
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc

@@ -73,8 +73,9 @@ class Stage(ABC):
     config_section: ClassVar[str | None] = None
     # onnxruntime graph optimization level for this stage's before/after latency. "disabled" shows a
     # graph stage's own effect (ORT would apply the same fusions at load); quantize stages use "all",
-    # because ORT turns Q/DQ into integer kernels only when it optimizes at load.
-    measure_optimization: ClassVar[str] = "disabled"
+    # because ORT turns Q/DQ into integer kernels only when it optimizes at load. None: the setting the
+    # next stage that runs times this stage's output at, so that graph is timed once (export).
+    measure_optimization: ClassVar[str | None] = "disabled"
     # A build stage's artifact is what the run ships: its row's "after" is timed with the whole [bench],
     # and the final measurement is that one (one session and one measurement, not two).
     builds_deployable: ClassVar[bool] = False

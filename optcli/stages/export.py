@@ -89,6 +89,10 @@ class ExportStage(Stage):
 
     name = "export"
     order = 10
+    # Its "before" is PyTorch, which has no setting: the exported graph is timed as the next stage that
+    # runs will time it ("disabled" before simplify; "all" where the fast route goes to unpad, quantize or
+    # build: a BERT-base .pt2 timed it both ways and opened two sessions of it, 1.2 s).
+    measure_optimization = None
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         if artifact.format == ONNX:

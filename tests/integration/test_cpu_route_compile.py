@@ -102,3 +102,39 @@ def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resor
         assert r.status == "ok" and r.final["backend"] == "onnxruntime" and r.final["precision"] == "int8"
     else:  # missed even with the fallback: the gate fails the run with exit 3, never a traceback
         assert r.status == "failed" and r.exit_code == 3
+
+
+def test_a_pytorch_encoders_export_row_is_timed_as_the_stage_after_it(data: tuple[Path, Path], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Export's row has no setting of its own (its "before" is PyTorch): on the fast route the next stage
+    that runs is build-cpu, timed at "all", so the exported graph is timed once, at "all", and both rows
+    show that one figure (it was timed at "disabled" too, and opened twice: 1.2 s of a BERT-base .pt2)."""
+    torch = pytest.importorskip("torch")
+    from compile_testkit import export_pt2
+
+    monkeypatch.setattr("optcli.quantize.flavour.u8s8_saturates", lambda: False)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb, self.q, self.ln = torch.nn.Embedding(70000, 64), torch.nn.Linear(64, 64), torch.nn.LayerNorm(64)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            x = self.emb(input_ids)
+            scores = self.q(x) @ x.transpose(1, 2) / 8.0 + (1.0 - attention_mask[:, None, :].float()) * -1e4
+            return self.ln(torch.softmax(scores, -1) @ x)
+
+    ids = torch.ones((2, 16), dtype=torch.int64)
+    model = export_pt2(torch, Encoder().eval(), (ids, torch.ones_like(ids)), None, ["input_ids", "attention_mask"],
+                       tmp_path / "encoder.pt2")
+    calib, ev = data
+    r = api.compile(model, out=tmp_path / "o", int8=True, calib=calib, eval=ev, runs=5, check=False)
+    assert r.status == "ok", r.error
+    for name in ROUTE:
+        assert r.stage(name).status == "skipped"
+    export = r.stage("export")
+    nxt = next(s for s in r.stages[1:] if s.status == "ok")  # unpad's plan finds 16 positions within a bucket
+    assert nxt.name == "build-cpu"
+    assert export.latency_ms["after"]["settings"]["graph_optimization"] == "all"
+    assert nxt.latency_ms["before"] == export.latency_ms["after"]  # one measurement of the exported graph
