@@ -139,11 +139,14 @@ def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[
 
 
 def user_excludes(ctx: Any, model: Any) -> list[str]:
-    """--exclude patterns (ONNX node names, PyTorch module paths, globs) as node names of `model`; module
-    paths come from the run's earlier graphs too (a rewrite may drop the exporter's metadata)."""
+    """--exclude patterns (ONNX node names, PyTorch module paths, globs) as node names of `model` (a graph,
+    or a file read only where there are patterns); module paths come from the run's earlier graphs too (a
+    rewrite may drop the exporter's metadata)."""
     patterns = ctx.config.quantize.exclude_nodes
     if not patterns:
         return []
+    if isinstance(model, Path):
+        model = graph_view(model)
     modules = node_modules(model, *[graph_view(p) for p in earlier_onnx(ctx)])
     return resolve_excludes(patterns, [n.name for n in model.graph.node], modules)
 
