@@ -6,6 +6,7 @@
 #   git worktree add /tmp/optcli-old <commit>
 #   benchmarks/compile_ab.sh /tmp/optcli-old . [rounds] [models]
 #   FROM=pt2 benchmarks/compile_ab.sh ...   # from the eval model's .pt2 instead (what users run)
+#   PRECISION=fp32 benchmarks/compile_ab.sh ...   # an FP32 compile (no --int8, no calibration data)
 #
 # Needs `python benchmarks/cpu_models.py --out optcli-out/cpu-models --only bert_base,minilm` (data) and
 # `python benchmarks/compile_time.py` once (its pt2-fast-0/01-export/model.onnx is the source).
@@ -21,7 +22,8 @@ for round in $(seq 1 "$ROUNDS"); do
       [ "$which" = old ] && dir=$OLD || dir=$NEW
       out=/tmp/optcli-ab-$which-$model
       t0=$(date +%s.%N)
-      (cd "$dir" && HF_HUB_OFFLINE=1 "$PY" -m optcli compile "$src" --out "$out" --int8 --calib "$data/calib" \
+      if [ "${PRECISION:-int8}" = int8 ]; then precision=(--int8 --calib "$data/calib"); else precision=(); fi
+      (cd "$dir" && HF_HUB_OFFLINE=1 "$PY" -m optcli compile "$src" --out "$out" "${precision[@]}" \
          --eval "$data/eval" --force --search fast >/dev/null 2>&1) || echo "  ($which failed)"
       t1=$(date +%s.%N)
       stages=$("$PY" -c "

@@ -10,6 +10,14 @@ for a candidate measured 1.29x slower. `--search thorough` runs every stage and 
 the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself
 as a last resort.
 
+At FP32 and BF16 the route is simpler: simplify and fuse feed only onnxruntime's candidate, and
+onnxruntime does at load (optimization "all") what they do offline: its latency on the exporter's graph,
+the simplified and the fused one was 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on MiniLM,
+1.00 / 1.00 / 1.00x on ResNet-50 (docs/benchmarks/cpu.md). Where an OpenVINO candidate is planned the fast
+search leaves the two out (BERT-base FP32: 15 of a 44 s compile) and onnxruntime's candidate starts from
+the exporter's graph; where onnxruntime's graph is the only artifact (`--backend onnxruntime`, no
+OpenVINO) they run.
+
 Only for models with 16 MB of weights or more (the priors' `large`): on a small one per-call overhead
 decides, and the stages cost little. Not taken where the user named nodes to exclude (those names are
 the quantize stage's input graph's) or an INT8 flavour, asked for onnxruntime, where nothing of the
@@ -26,15 +34,26 @@ from optcli.stages.base import StageContext
 
 # The stages whose only consumer on a CPU at INT8 is onnxruntime's route.
 ONNXRUNTIME_ROUTE = ("simplify", "fuse", "quantize-int8")
+# Precisions with no quantize stage on a CPU: the route leaves out the offline graph stages only.
+FLOAT_PRECISIONS = ("fp32", "bf16")
+FLOAT_ROUTE = ("simplify", "fuse")
 _FACT = "cpu_route"
 
 
 @dataclass
 class Route:
-    """The decision: `skip` says why the fast search leaves out ONNXRUNTIME_ROUTE (None: it runs them)."""
+    """The decision: `skip` says why the fast search leaves out ONNXRUNTIME_ROUTE (None: it runs them);
+    `stage_note` is what a skipped stage's row says about it."""
 
     skip: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    stage_note: str | None = None
+    stages: tuple[str, ...] = ONNXRUNTIME_ROUTE
+
+    @property
+    def skips_quantize(self) -> bool:
+        """The route left out the quantize stage's INT8 (build-cpu then owes it a last resort)."""
+        return self.skip is not None and "quantize-int8" in self.stages
 
     def to_json(self) -> dict[str, Any]:
         return {"onnxruntime_route": "skipped" if self.skip else "runs", **({"why": self.skip} if self.skip else {}),
@@ -62,10 +81,11 @@ def stage_skip(ctx: StageContext, artifact: Artifact, stage: str) -> str | None:
     if stage not in ONNXRUNTIME_ROUTE:
         return None
     route = cpu_route(ctx, artifact)
-    if route.skip is None:
+    if route.skip is None or stage not in route.stages:
         return None
     winner = route.details.get("predicted_winner")
-    return f"fast search: {winner} predicted to win (build-cpu's route); --search thorough runs it"
+    note = route.stage_note or f"{winner} predicted to win (build-cpu's route)"
+    return f"fast search: {note}; --search thorough runs it"
 
 
 def _decide(ctx: StageContext, artifact: Artifact) -> Route:
@@ -74,7 +94,11 @@ def _decide(ctx: StageContext, artifact: Artifact) -> Route:
 
     config = ctx.config
     cfg = cpu_config(config)
-    if ctx.target != "cpu" or config.quantize.precision != "int8" or cfg.search != "fast":
+    if ctx.target != "cpu" or cfg.search != "fast":
+        return Route()
+    if config.quantize.precision in FLOAT_PRECISIONS:
+        return _float_route(ctx, artifact, cfg) if artifact.format == ONNX else Route()
+    if config.quantize.precision != "int8":
         return Route()
     if config.quantize.exclude_nodes:
         return Route(details={"because": "--exclude names nodes of the quantize stage's input graph"})
@@ -132,3 +156,35 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
                        f"winner's latency" for c in needs)
     return Route(f"{lead.name} is predicted to win and onnxruntime's INT8 route cannot ({losers}), so "
                  "only the exporter's graph is needed", details)
+
+
+def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
+    """FP32 / BF16: leave simplify and fuse out where an OpenVINO candidate is planned on a large model."""
+    from optcli.backends.recipe import PlanRequest
+    from optcli.cpu.candidates import backend_facts, plan
+    from optcli.cpu.search_run import features, skip_heavy_builds
+    from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
+    from optcli.quantize.flavour import u8s8_saturates
+
+    precision = ctx.config.quantize.precision
+    ops = op_histogram(graph_view(artifact.path))
+    encoder = looks_like_encoder(ops)
+    size = artifact.size_bytes
+    cands = plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"), encoder=encoder,
+                             input_format=artifact.format, torch_source=ctx.source.is_torch,
+                             batch=ctx.config.bench.batch, facts=backend_facts(precision, cfg)))
+    skip_heavy_builds(cands, "fast", size)
+    feats = features(precision, ops, encoder, size, u8s8_saturates())
+    details: dict[str, Any] = {"features": feats.to_json()}
+    if feats.size != "large":
+        return Route(details={**details, "because": "a small model: every stage runs"})
+    openvino = [c.name for c in cands if not c.skip and c.backend == "openvino"]
+    if not openvino:
+        return Route(details={**details, "because": "no OpenVINO candidate: onnxruntime's graph is the artifact"})
+    details["openvino_candidates"] = openvino
+    return Route("onnxruntime optimizes at load what simplify and fuse do offline (its latency on the exporter's, "
+                 "the simplified and the fused graph: 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on "
+                 "MiniLM, 1.00 / 1.00 / 1.00x on ResNet-50) and OpenVINO starts from the exporter's graph, so "
+                 "onnxruntime's candidate starts from it too", details,
+                 stage_note="onnxruntime does this itself at load and OpenVINO starts from the exporter's graph",
+                 stages=FLOAT_ROUTE)

@@ -163,7 +163,7 @@ class BuildCpuStage(Stage):
         judge = (reference, names, tol)
         search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
         route = decided_route(self.ctx)
-        routed = route is not None and route.skip is not None  # the fast search left the quantize stage out
+        routed = route is not None and route.skips_quantize  # the fast search left the quantize stage out
         if (artifact.meta.get("fallback_deferred") or routed) and not any(c.passed for c in cands):
             # The last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
             # search), which it deferred to us, or which the route predicted would not be needed.

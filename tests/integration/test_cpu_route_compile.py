@@ -104,6 +104,24 @@ def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resor
         assert r.status == "failed" and r.exit_code == 3
 
 
+def test_an_fp32_compile_of_a_large_encoder_leaves_simplify_and_fuse_out(encoder: Path, tmp_path: Path) -> None:
+    """At FP32 the two offline stages feed only onnxruntime's candidate, which optimizes at load: the fast
+    search leaves them out (BERT-base: 44 -> 22 s, the same OpenVINO FP32 artifact), and both candidates
+    are still built and raced, onnxruntime's from the user's graph."""
+    r = api.compile(encoder, out=tmp_path / "o", bench=False, check=False)
+    assert r.status == "ok", r.error
+    for name in ("simplify", "fuse"):
+        st = r.stage(name)
+        assert st.status == "skipped" and st.reason.startswith("fast search: onnxruntime does this itself"), st.reason
+        assert not list((tmp_path / "o").glob(f"*-{name}")), f"{name} wrote a folder"
+    build = r.stage("build-cpu")
+    assert build.details["route"]["onnxruntime_route"] == "skipped"
+    cands = {c["name"]: c for c in build.details["candidates"]}
+    assert {"onnxruntime-fp32", "openvino-fp32"} <= {n for n, c in cands.items() if c.get("accuracy")}, cands
+    assert not any("last resort" in n for n in cands)  # no INT8 owed at FP32
+    assert r.final["precision"] == "fp32"
+
+
 def test_a_pytorch_encoders_export_row_is_timed_as_the_stage_after_it(data: tuple[Path, Path], tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Export's row has no setting of its own (its "before" is PyTorch): on the fast route the next stage

@@ -107,8 +107,8 @@ def test_a_large_cnn_leaves_it_out_on_any_cpu(tmp_path: Path, isa: str, request:
 
 
 @pytest.mark.parametrize("request_", [
-    {"search": "thorough"}, {"backend": "onnxruntime"}, {"target": "tensorrt"}, {"precision": "fp32"},
-    {"precision": "bf16"}, {"exclude_nodes": ["n0"]}, {"flavour": "dynamic"}, {"nncf": "off"}])
+    {"search": "thorough"}, {"backend": "onnxruntime"}, {"target": "tensorrt"}, {"precision": "fp16"},
+    {"exclude_nodes": ["n0"]}, {"flavour": "dynamic"}, {"nncf": "off"}])
 def test_requests_that_keep_every_stage(tmp_path: Path, vnni: None, request_: dict) -> None:
     # {"nncf": "off"}: the predicted winner is then s8/s8, which the evidence had less accurate (MiniLM
     # cosine 0.83): the route does not bet on it passing the tolerance.
@@ -158,3 +158,55 @@ def test_openvino_starts_from_the_unpad_stages_graph_where_it_rewrote_the_export
                          eval=None, precision="int8", tolerance=None, cpu=None, workdir=tmp_path, folder=tmp_path / "c",
                          candidates=[])
     assert rctx.first_float_onnx() is unpad
+
+
+FLOAT_ROUTE = ("simplify", "fuse")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("model", ["encoder", "cnn"])
+def test_a_large_float_model_leaves_simplify_and_fuse_out(tmp_path: Path, vnni: None, precision: str,
+                                                          model: str) -> None:
+    # onnxruntime optimizes at load what the two stages do offline, and OpenVINO starts from the exporter's
+    # graph: at FP32 / BF16 nothing the fast search builds reads what they write.
+    path = _encoder(tmp_path / "m.onnx") if model == "encoder" else _conv(tmp_path / "m.onnx", 1024)
+    ctx = _ctx(path, tmp_path, precision=precision)
+    r = cpu_route(ctx, Artifact(path, "onnx"))
+    if precision == "bf16" and r.details.get("because", "").startswith("no OpenVINO candidate"):
+        pytest.skip("this CPU has no BF16 arithmetic: OpenVINO plans no BF16 candidate, every stage runs")
+    assert r.skip is not None and r.stages == FLOAT_ROUTE and not r.skips_quantize
+    assert r.details["features"]["precision"] == precision and r.details["features"]["size"] == "large"
+    assert r.details["openvino_candidates"] == [f"openvino-{precision}"]
+    for stage in FLOAT_ROUTE:
+        why = stage_skip(ctx, Artifact(path, "onnx"), stage)
+        assert why == ("fast search: onnxruntime does this itself at load and OpenVINO starts from the exporter's "
+                       "graph; --search thorough runs it")
+    for stage in ("quantize-int8", "unpad", "build-cpu"):
+        assert stage_skip(ctx, Artifact(path, "onnx"), stage) is None
+    assert r.to_json()["onnxruntime_route"] == "skipped"
+
+
+@pytest.mark.parametrize("request_", [{"size": "small"}, {"backend": "onnxruntime"}, {"search": "thorough"},
+                                      {"target": "tensorrt"}, {"openvino": "missing"}])
+def test_float_requests_that_keep_simplify_and_fuse(tmp_path: Path, vnni: None, request_: dict,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    opts = dict(request_)
+    path = _encoder(tmp_path / "m.onnx", large=opts.pop("size", "large") == "large")
+    if opts.pop("openvino", None):
+        from optcli.backends import registry
+        real = registry.is_installed
+        monkeypatch.setattr(registry, "is_installed", lambda package: package != "openvino" and real(package))
+    ctx = _ctx(path, tmp_path, precision="fp32", **opts)
+    r = cpu_route(ctx, Artifact(path, "onnx"))
+    assert r.skip is None, (request_, r.details)
+    assert all(stage_skip(ctx, Artifact(path, "onnx"), s) is None for s in FLOAT_ROUTE)
+    if "size" in request_:
+        assert r.details["because"] == "a small model: every stage runs"
+    if "backend" in request_ or "openvino" in request_:
+        assert r.details["because"] == "no OpenVINO candidate: onnxruntime's graph is the artifact"
+
+
+def test_the_int8_route_still_owes_build_cpu_a_last_resort(tmp_path: Path, vnni: None) -> None:
+    path = _encoder(tmp_path / "enc.onnx")
+    assert cpu_route(_ctx(path, tmp_path), Artifact(path, "onnx")).skips_quantize
+    assert not cpu_route(_ctx(path, tmp_path / "f", precision="fp32"), Artifact(path, "onnx")).skips_quantize
