@@ -199,6 +199,9 @@ class CpuRecipe(ABC):
     simplicity: ClassVar[int] = 5               # 0 = the input as it is; higher = more moving parts
     needs_onnx: ClassVar[bool] = True           # False: builds from the PyTorch model (the run needs no ONNX)
     needs_int8_graph: ClassVar[bool] = False    # int8: builds from the quantize stage's INT8 graph
+    # Builds from the run's first float ONNX (the exporter's graph, or its unpad rewrite), never from what
+    # simplify and fuse wrote (at INT8 unless --exclude names nodes): the fast route's test at FP32 / BF16.
+    starts_from_export: ClassVar[bool] = False
 
     @abstractmethod
     def plan(self, req: PlanRequest) -> list[Candidate]:

@@ -13,9 +13,10 @@ as a last resort.
 At FP32 and BF16 the route is simpler: simplify and fuse feed only onnxruntime's candidate, and
 onnxruntime does at load (optimization "all") what they do offline: its latency on the exporter's graph,
 the simplified and the fused one was 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on MiniLM,
-1.00 / 1.00 / 1.00x on ResNet-50 (docs/benchmarks/cpu.md). Where an OpenVINO candidate is planned the fast
-search leaves the two out (BERT-base FP32: 15 of a 44 s compile) and onnxruntime's candidate starts from
-the exporter's graph; where onnxruntime's graph is the only artifact (`--backend onnxruntime`, no
+1.00 / 1.00 / 1.00x on ResNet-50 (docs/benchmarks/cpu.md). Where a candidate that starts from the
+exporter's graph is planned (OpenVINO's: recipes say so with `starts_from_export`), the fast search
+leaves the two out (BERT-base FP32: 15 of a 44 s compile) and onnxruntime's candidate starts from the
+exporter's graph too; where the stages' graph is the only artifact (`--backend onnxruntime`, no
 OpenVINO) they run.
 
 Only for models with 16 MB of weights or more (the priors' `large`): on a small one per-call overhead
@@ -159,7 +160,8 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
 
 
 def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
-    """FP32 / BF16: leave simplify and fuse out where an OpenVINO candidate is planned on a large model."""
+    """FP32 / BF16: leave simplify and fuse out on a large model where a candidate that starts from the
+    exporter's graph (OpenVINO's) is planned."""
     from optcli.backends.recipe import PlanRequest
     from optcli.cpu.candidates import backend_facts, plan
     from optcli.cpu.search_run import features, skip_heavy_builds
@@ -178,10 +180,11 @@ def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
     details: dict[str, Any] = {"features": feats.to_json()}
     if feats.size != "large":
         return Route(details={**details, "because": "a small model: every stage runs"})
-    openvino = [c.name for c in cands if not c.skip and c.backend == "openvino"]
-    if not openvino:
-        return Route(details={**details, "because": "no OpenVINO candidate: onnxruntime's graph is the artifact"})
-    details["openvino_candidates"] = openvino
+    fresh = [c.name for c in cands if not c.skip and c.builder is not None and c.builder.starts_from_export]
+    if not fresh:
+        return Route(details={**details, "because": "no candidate starts from the exporter's graph: the stages' "
+                              "graph is the artifact"})
+    details["from_exporters_graph"] = fresh
     return Route("onnxruntime optimizes at load what simplify and fuse do offline (its latency on the exporter's, "
                  "the simplified and the fused graph: 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on "
                  "MiniLM, 1.00 / 1.00 / 1.00x on ResNet-50) and OpenVINO starts from the exporter's graph, so "

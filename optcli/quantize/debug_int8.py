@@ -48,7 +48,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
     path = Path(model)
     if not is_onnx_file(path) or not path.is_file():
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
-                         hint="compile it first (optcli compile MODEL) and pass OUT/03-fuse/model.onnx (module names are read from the run's export)")
+                         hint="compile it first (optcli compile MODEL) and pass OUT/01-export/model.onnx (module names are read from the run's export)")
     if target not in ("cpu", "tensorrt"):
         raise UsageError(f"unknown --target {target}", hint="cpu or tensorrt")
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ class ConvertRecipe(CpuRecipe):
     name = "convert"
     backend = "openvino"
     simplicity = 1
+    starts_from_export = True
 
     def plan(self, req: PlanRequest) -> list[Candidate]:
         if req.precision == "fp32":

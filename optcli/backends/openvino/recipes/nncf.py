@@ -10,6 +10,7 @@ class NncfRecipe(CpuRecipe):
     name = "nncf"
     backend = "openvino"
     simplicity = 2
+    starts_from_export = True  # quantize_source: unless --exclude names nodes
     transformer = False   # NNCF's model_type=TRANSFORMER (the nncf-transformer recipe)
 
     def offered(self, req: PlanRequest) -> bool:

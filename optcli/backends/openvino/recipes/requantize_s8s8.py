@@ -16,6 +16,7 @@ class RequantizeS8S8Recipe(CpuRecipe):
     name = "requantize-s8s8"
     backend = "openvino"
     simplicity = 4
+    starts_from_export = True  # quantize_source: unless --exclude names nodes
 
     def plan(self, req: PlanRequest) -> list[Candidate]:
         if req.precision != "int8":
