@@ -26,8 +26,15 @@ from optcli.quantize.evaluate import runner_outputs
 def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str],
                     samples: SampleSet) -> dict[str, Any]:
     """compare_outputs of the runner against the FP32 reference on `samples` (labels give top-1)."""
-    outs = runner_outputs(runner, samples)
-    summary = compare_outputs(reference, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
+    return reference_accuracy(reference, names, samples, runner_outputs(runner, samples))
+
+
+def reference_accuracy(reference: list[np.ndarray], names: list[str], samples: SampleSet,
+                       outputs: list[np.ndarray] | None = None) -> dict[str, Any]:
+    """compare_outputs of `outputs` (default: the reference's own, for the reference graph itself)
+    against the FP32 reference on `samples`, as runner_accuracy reports it."""
+    summary = compare_outputs(reference, reference if outputs is None else outputs, names, labels=samples.labels,
+                              valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary

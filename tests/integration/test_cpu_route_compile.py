@@ -120,6 +120,10 @@ def test_an_fp32_compile_of_a_large_encoder_leaves_simplify_and_fuse_out(encoder
     assert {"onnxruntime-fp32", "openvino-fp32"} <= {n for n, c in cands.items() if c.get("accuracy")}, cands
     assert not any("last resort" in n for n in cands)  # no INT8 owed at FP32
     assert r.final["precision"] == "fp32"
+    # onnxruntime's candidate is the reference graph: its accuracy is the reference's, not a second run
+    ort, ov = cands["onnxruntime-fp32"], cands["openvino-fp32"]
+    assert ort["build"]["accuracy_from"].startswith("the FP32 reference") and ort["accuracy"]["max_abs_err"] == 0.0
+    assert "accuracy_from" not in ov["build"] and ov["accuracy"]["cosine_min"] > 0.999
 
 
 def test_a_pytorch_encoders_export_row_is_timed_as_the_stage_after_it(data: tuple[Path, Path], tmp_path: Path,
