@@ -1,7 +1,7 @@
 #!/bin/bash
 # Compile time of two checkouts, interleaved: `optcli compile ONNX --int8 --force --search fast` with the
-# old and the new code in turn, per model and round, on the same exported ONNX and data. Prints wall
-# seconds, stage seconds, the chosen backend and its p50.
+# old and the new code in turn (old first in odd rounds, new first in even ones), per model and round, on
+# the same exported ONNX and data. Prints wall seconds, stage seconds, the chosen backend and its p50.
 #
 #   git worktree add /tmp/optcli-old <commit>
 #   benchmarks/compile_ab.sh /tmp/optcli-old . [rounds] [models]
@@ -18,7 +18,8 @@ for round in $(seq 1 "$ROUNDS"); do
     data=$NEW/optcli-out/cpu-models/$model
     src=$NEW/optcli-out/compile-time/$model/pt2-fast-0/01-export/model.onnx
     [ "${FROM:-onnx}" = pt2 ] && src=$NEW/optcli-out/cpu-models/$model.pt2
-    for which in old new; do
+    order="old new"; [ $((round % 2)) -eq 0 ] && order="new old"  # alternate: no side always goes first
+    for which in $order; do
       [ "$which" = old ] && dir=$OLD || dir=$NEW
       out=/tmp/optcli-ab-$which-$model
       t0=$(date +%s.%N)
