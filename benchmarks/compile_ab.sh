@@ -22,6 +22,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for which in $order; do
       [ "$which" = old ] && dir=$OLD || dir=$NEW
       out=/tmp/optcli-ab-$which-$model
+      rm -rf "$out"  # a cold compile into an empty folder: an earlier run's folders skewed the side they were on
       t0=$(date +%s.%N)
       if [ "${PRECISION:-int8}" = int8 ]; then precision=(--int8 --calib "$data/calib"); else precision=(); fi
       (cd "$dir" && HF_HUB_OFFLINE=1 "$PY" -m optcli compile "$src" --out "$out" "${precision[@]}" \
