@@ -38,6 +38,7 @@ ONNXRUNTIME_ROUTE = ("simplify", "fuse", "quantize-int8")
 # Precisions with no quantize stage on a CPU: the route leaves out the offline graph stages only.
 FLOAT_PRECISIONS = ("fp32", "bf16")
 FLOAT_ROUTE = ("simplify", "fuse")
+SMALL = "a small model: every stage runs"
 _FACT = "cpu_route"
 
 
@@ -111,28 +112,21 @@ def _decide(ctx: StageContext, artifact: Artifact) -> Route:
 
 
 def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
-    from optcli.backends.recipe import PlanRequest
-    from optcli.cpu.candidates import backend_facts, plan
-    from optcli.cpu.search_run import features, skip_heavy_builds
     from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
-    from optcli.quantize.flavour import resolve_flavour, u8s8_saturates
+    from optcli.quantize.flavour import resolve_flavour
     from optcli.search.priors import predict
     from optcli.search.search import cannot_win, effective_ratio
 
     ops = op_histogram(graph_view(artifact.path))
     encoder = looks_like_encoder(ops)
     flavour = resolve_flavour(ctx.config.quantize.flavour, "cpu", encoder)
-    size = artifact.size_bytes
-    cands = plan(PlanRequest("int8", cfg.backend, input_flavour=f"int8-{flavour.name}", dynamic_input=not flavour.static,
-                             encoder=encoder, input_format=artifact.format, torch_source=ctx.source.is_torch,
-                             batch=ctx.config.bench.batch, facts=backend_facts("int8", cfg)))
-    skip_heavy_builds(cands, "fast", size)
-    feats = features("int8", ops, encoder, size, u8s8_saturates())
+    cands, feats = _planned(ctx, artifact, cfg, ops, encoder, input_flavour=f"int8-{flavour.name}",
+                            dynamic_input=not flavour.static)
     if feats.size != "large":
         # Per-call overhead decides on a small model, the benchmarks behind the route are of large ones,
         # and its stages cost seconds at most there: on the zoo's ALBERT (0.34 MB) the route's NNCF ran
         # at 2.3x the latency of onnxruntime's INT8, which it had not built.
-        return Route(details={"features": feats.to_json(), "because": "a small model: every stage runs"})
+        return Route(details={"features": feats.to_json(), "because": SMALL})
     live = [c for c in cands if not c.skip]
     preds = {c.name: predict(feats, f"{c.backend}:{c.recipe}") for c in live}
     needs = [c for c in live if c.builder is not None and c.builder.needs_int8_graph]
@@ -162,24 +156,13 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
 def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
     """FP32 / BF16: leave simplify and fuse out on a large model where a candidate that starts from the
     exporter's graph (OpenVINO's) is planned."""
-    from optcli.backends.recipe import PlanRequest
-    from optcli.cpu.candidates import backend_facts, plan
-    from optcli.cpu.search_run import features, skip_heavy_builds
     from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
-    from optcli.quantize.flavour import u8s8_saturates
 
-    precision = ctx.config.quantize.precision
     ops = op_histogram(graph_view(artifact.path))
-    encoder = looks_like_encoder(ops)
-    size = artifact.size_bytes
-    cands = plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"), encoder=encoder,
-                             input_format=artifact.format, torch_source=ctx.source.is_torch,
-                             batch=ctx.config.bench.batch, facts=backend_facts(precision, cfg)))
-    skip_heavy_builds(cands, "fast", size)
-    feats = features(precision, ops, encoder, size, u8s8_saturates())
+    cands, feats = _planned(ctx, artifact, cfg, ops, looks_like_encoder(ops), input_flavour=artifact.meta.get("flavour"))
     details: dict[str, Any] = {"features": feats.to_json()}
     if feats.size != "large":
-        return Route(details={**details, "because": "a small model: every stage runs"})
+        return Route(details={**details, "because": SMALL})
     fresh = [c.name for c in cands if not c.skip and c.builder is not None and c.builder.starts_from_export]
     if not fresh:
         return Route(details={**details, "because": "no candidate starts from the exporter's graph: the stages' "
@@ -191,3 +174,20 @@ def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
                  "onnxruntime's candidate starts from it too", details,
                  stage_note="onnxruntime does this itself at load and OpenVINO starts from the exporter's graph",
                  stages=FLOAT_ROUTE)
+
+
+def _planned(ctx: StageContext, artifact: Artifact, cfg: Any, ops: dict[str, int], encoder: bool,
+             **request: Any) -> tuple[list[Any], Any]:
+    """The candidates build-cpu would plan for this run's precision from `artifact` as the fast search
+    does (heavy builds left out on a huge model), and the features the priors look them up by."""
+    from optcli.backends.recipe import PlanRequest
+    from optcli.cpu.candidates import backend_facts, plan
+    from optcli.cpu.search_run import features, skip_heavy_builds
+    from optcli.quantize.flavour import u8s8_saturates
+
+    precision, size = ctx.config.quantize.precision, artifact.size_bytes
+    cands = plan(PlanRequest(precision, cfg.backend, encoder=encoder, input_format=artifact.format,
+                             torch_source=ctx.source.is_torch, batch=ctx.config.bench.batch,
+                             facts=backend_facts(precision, cfg), **request))
+    skip_heavy_builds(cands, "fast", size)
+    return cands, features(precision, ops, encoder, size, u8s8_saturates())

@@ -298,31 +298,38 @@ class BuildCpuStage(Stage):
 
     def _evaluate(self, cand: Candidate, reference: list, names: list[str], ev: SampleSet, tol: Tolerance,
                   threads: int | None, artifact: Artifact | None = None, float_art: Artifact | None = None) -> None:
-        from optcli.cpu.measure import reference_accuracy, runner_accuracy
+        from optcli.cpu.measure import runner_accuracy
 
+        accuracy, source = self._known_accuracy(cand, reference, names, ev, artifact, float_art)
+        if accuracy is None:
+            runner = self._open(cand, threads)
+            try:
+                accuracy = runner_accuracy(runner, reference, names, ev)
+            finally:
+                self.ctx.runners.release(runner)
+        else:
+            cand.build["accuracy_from"] = source
+        cand.accuracy = accuracy
+        cand.failure = check_tolerance(accuracy, tol.cosine, tol.max_abs, tol.top1)
+
+    @staticmethod
+    def _known_accuracy(cand: Candidate, reference: list, names: list[str], ev: SampleSet,
+                        artifact: Artifact | None, float_art: Artifact | None) -> tuple[dict[str, Any] | None, str]:
+        """The candidate's accuracy where running it again would give the same numbers, and whence; else None."""
+        from optcli.cpu.measure import reference_accuracy
+
+        if float_art is None:
+            return None, ""
         known = artifact.meta.get("accuracy") if artifact is not None and cand.path == artifact.path else None
-        if isinstance(known, dict) and float_art is not None and \
-                known.get("judged") == {"reference": float_art.sha256, "eval": ev.digest()}:
+        if isinstance(known, dict) and known.get("judged") == {"reference": float_art.sha256, "eval": ev.digest()}:
             # The INT8 stage judged this very graph against the same FP32 model on the same data.
-            cand.accuracy = {k: v for k, v in known.items() if k != "judged"}
-            cand.build["accuracy_from"] = "the quantize stage (same graph, reference and held-out data)"
-            cand.failure = check_tolerance(cand.accuracy, tol.cosine, tol.max_abs, tol.top1)
-            return
-        if float_art is not None and cand.path == float_art.path and cand.format == registry.ONNX \
-                and not cand.runner_options:
+            return ({k: v for k, v in known.items() if k != "judged"},
+                    "the quantize stage (same graph, reference and held-out data)")
+        if cand.path == float_art.path and cand.format == registry.ONNX and not cand.runner_options:
             # The candidate is the reference graph, and the reference is its outputs on these rows on the
-            # same pooled session (onnxruntime at "all", the bench threads): running it again gives the
-            # same numbers (BERT-base FP32: 1.9 s).
-            cand.accuracy = reference_accuracy(reference, names, ev)
-            cand.build["accuracy_from"] = "the FP32 reference (this graph, on the same session)"
-            cand.failure = check_tolerance(cand.accuracy, tol.cosine, tol.max_abs, tol.top1)
-            return
-        runner = self._open(cand, threads)
-        try:
-            cand.accuracy = runner_accuracy(runner, reference, names, ev)
-        finally:
-            self.ctx.runners.release(runner)
-        cand.failure = check_tolerance(cand.accuracy, tol.cosine, tol.max_abs, tol.top1)
+            # same pooled session (onnxruntime at "all", the bench threads; BERT-base FP32: 1.9 s).
+            return reference_accuracy(reference, names, ev), "the FP32 reference (this graph, on the same session)"
+        return None, ""
 
     def _open(self, cand: Candidate, threads: int | None) -> Any:
         """From the run's pool: the chosen candidate's runner serves its stage row and the final measurement."""
