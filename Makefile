@@ -1,34 +1,37 @@
 # Two commands on a fresh machine:  `make demo`  and  `make test`.
+# Both install from requirements/*.lock (every package, transitive ones included, with hashes), so
+# the demo runs on exactly the packages the suite passed with (docs/install.md).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # ONNX Runtime flavour: gpu where a CUDA GPU answers, else cpu (never both: same module name).
 EXTRA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
-# The CPU build of torch; installing it first keeps the resolver from pulling CUDA wheels.
-TORCH  ?= torch==2.13.0
-# On a CPU, OpenVINO competes with ONNX Runtime in the build-cpu stage (docs/openvino.md).
-comma := ,
-RUNTIME_EXTRAS := $(EXTRA)$(if $(filter cpu,$(EXTRA)),$(comma)openvino)
+LOCK       := requirements/$(EXTRA).lock
+TEST_LOCK  := requirements/$(EXTRA)-test.lock
+SERVE_LOCK := requirements/serve-binary.lock
+# Where torch's CPU wheel comes from: this workplace keeps it on disk; elsewhere PyTorch's own index.
+TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu)
 SAMPLES := sample_models/out
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
+LOCKED := $(PIP) --no-deps --require-hashes $(TORCH_INDEX)
 
-.PHONY: venv dev demo test samples clean
+.PHONY: venv dev demo test samples clean lock check-latest lint
 
-$(VENV)/.installed: pyproject.toml
+# A lock that changed makes a new venv: pip would leave packages the new lock dropped.
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
-	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples]"
+	$(LOCKED) -r $(LOCK)
+	$(PIP) --no-deps -e .
 	touch $@
 
-# The serve extra's Triton binary (tests/integration/test_serve.py) without the wheel's numpy<2 pin, which
-# is for PyTriton's Python package (never imported): the suite keeps the numpy it runs everywhere else.
+# The test lock holds every package of the runtime lock at the same version (tests/unit/test_lock.py),
+# so installing it over the runtime set only adds the test tools.
+# The serve binary (tests/integration/test_serve.py) goes in with --no-deps (see requirements/serve-binary.in);
 # `-`: the wheel exists for Linux x86_64 (glibc 2.35+) only; elsewhere the serve tests skip with a reason.
-SERVE_WHEEL := nvidia-pytriton==0.7.0
-
-$(VENV)/.dev-installed: $(VENV)/.installed
-	$(PIP) -e ".[$(RUNTIME_EXTRAS),samples,test]" "$(TORCH)"
-	-$(PIP) --no-deps "$(SERVE_WHEEL)"
+$(VENV)/.dev-installed: $(VENV)/.installed $(TEST_LOCK) $(SERVE_LOCK)
+	$(LOCKED) -r $(TEST_LOCK)
+	-$(LOCKED) -r $(SERVE_LOCK)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -48,5 +51,39 @@ demo: samples
 test: $(VENV)/.dev-installed
 	$(PY) -m pytest -q
 
+# Regenerates every lock from pyproject.toml's ranges at the newest versions they allow
+# (UPGRADE= keeps the current pins where they still fit). uv is pinned; it runs from its own venv.
+UV_VERSION := 0.13.9
+UV     := .venv-tools/bin/uv
+UPGRADE ?= --upgrade
+UV_COMPILE = $(UV) pip compile -q --generate-hashes --custom-compile-command "make lock" --python-version 3.11 $(UPGRADE)
+MANYLINUX := --python-platform x86_64-manylinux_2_28
+$(UV):
+	$(PYTHON) -m venv .venv-tools
+	.venv-tools/bin/pip install -q "uv==$(UV_VERSION)"
+
+lock: $(UV)
+	$(UV_COMPILE) $(MANYLINUX) $(TORCH_INDEX) pyproject.toml requirements/torch-cpu.in \
+		--extra cpu --extra openvino --extra samples --extra test -o requirements/cpu-test.lock
+	$(UV_COMPILE) $(MANYLINUX) $(TORCH_INDEX) pyproject.toml requirements/torch-cpu.in \
+		--extra cpu --extra openvino --extra samples -c requirements/cpu-test.lock -o requirements/cpu.lock
+	$(UV_COMPILE) $(MANYLINUX) pyproject.toml requirements/torch-cuda.in \
+		--extra gpu --extra samples --extra test -o requirements/gpu-test.lock
+	$(UV_COMPILE) $(MANYLINUX) pyproject.toml requirements/torch-cuda.in \
+		--extra gpu --extra samples -c requirements/gpu-test.lock -o requirements/gpu.lock
+	# The same pins without hashes, for `pip install ... -c` (pip takes no hashes in a constraints file).
+	for f in cpu gpu; do sed -e '/--hash=/d' -e 's/ \\$$//' requirements/$$f.lock > requirements/$$f-constraints.txt; done
+	# The serve wheel is built for glibc 2.35+ only.
+	$(UV_COMPILE) --python-platform x86_64-manylinux_2_35 --no-deps requirements/serve-binary.in -o $(SERVE_LOCK)
+
+# A throwaway venv from the newest versions pyproject.toml allows (what `pip install optcli` gets
+# today), then the smoke test: one line, pass or fail, and which packages differ from the lock.
+check-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/pip install -q "torch==2.13.0" $(TORCH_INDEX)
+	.venv-latest/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[cpu,openvino,samples]" pytest
+	.venv-latest/bin/python .ci/check_latest.py --lock $(LOCK) --venv .venv-latest
+
 clean:
-	rm -rf optcli-out $(SAMPLES) .pytest_cache
+	rm -rf optcli-out $(SAMPLES) .pytest_cache .venv-latest

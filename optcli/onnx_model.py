@@ -229,13 +229,19 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _is_repeated(fd: Any) -> bool:
+    """Whether a protobuf field is repeated: `is_repeated` (protobuf 5.28+); protobuf 7 removed `label`."""
+    flag = getattr(fd, "is_repeated", None)
+    return bool(flag) if flag is not None else fd.label == fd.LABEL_REPEATED
+
+
 def _copy_fields(src: Any, dst: Any, leave: str | tuple[str, ...]) -> None:
     """dst = src without the field(s) `leave` (a shallow walk: the fields themselves are copied whole)."""
     leave = (leave,) if isinstance(leave, str) else leave
     for fd, value in src.ListFields():
         if fd.name in leave:
             continue
-        if fd.label == fd.LABEL_REPEATED:
+        if _is_repeated(fd):
             getattr(dst, fd.name).extend(value)
         elif fd.message_type is not None:
             getattr(dst, fd.name).CopyFrom(value)

@@ -114,6 +114,10 @@ class BuildCpuStage(Stage):
             raise UsageError(f"--backend {forced[0].backend} cannot build this model: "
                              + "; ".join(f"{c.name}: {c.skip}" for c in forced),
                              hint="drop --backend (auto chooses among the installed backends)")
+        if not built and artifact.format != registry.ONNX:  # the export made no ONNX: not the user's input
+            raise StageError(f"no CPU backend here can run {self.ctx.config.quantize.precision} without ONNX "
+                             f"(the export stage made none): {why}",
+                             hint="see the export stage's error; or install the backend it names")
         if not built:
             raise UsageError(f"no CPU backend here can run {self.ctx.config.quantize.precision}: {why}",
                              hint="pick another precision, or install the backend it names")

@@ -27,7 +27,7 @@ from optcli.accuracy import compare_outputs
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, cpu_backends_without_onnx
 from optcli.backends.torch.attention import eager_attention, sdpa_model
-from optcli.backends.torch.export_errors import last_line, source_of
+from optcli.backends.torch.export_errors import environment_fault, last_line, source_of
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError
@@ -120,9 +120,12 @@ class ExportStage(Stage):
         exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.exporter]
         if needs_torchscript_exporter(artifact.format) and "torchscript" in exporters:
             exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
+        elif tm.exported_program is not None and len(exporters) > 1:
+            exporters = ["dynamo"]  # a .pt2 program is not a module the TorchScript exporter can trace
         out = workdir / "model.onnx"
         attempts: list[dict[str, Any]] = []
         last: Exception | None = None  # the last exporter's exception: --debug prints its traceback
+        broken: str | None = None  # a dependency's removed API, seen in any attempt
         axis = sequence_axis(self.ctx.inputs, self.ctx.config.inputs, tm.module, self.ctx.target)
         if axis is not None and tm.exported_program is not None and _fixed_length(tm.exported_program, axis):
             # A .pt2 program's shapes were fixed when it was exported: a symbolic sequence cannot be asked
@@ -157,6 +160,7 @@ class ExportStage(Stage):
                 error = f"{type(exc).__name__}: {last_line(exc)}{source_of(exc)}"
                 attempts.append({"exporter": label, "error": error})
                 last = exc
+                broken = broken or environment_fault(exc)
                 continue
             # What the file holds: the exporters quietly pick another opset when they cannot convert.
             opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -167,6 +171,11 @@ class ExportStage(Stage):
                 details["attention"] = attention
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
+        if broken is not None:
+            # Not the model's fault: falling back to a backend without ONNX would hide a broken install.
+            raise StageError(f"the ONNX export failed inside an installed package, not on the model: {broken}",
+                             hint="install the versions optcli was tested with (requirements/*.lock, "
+                                  "docs/install.md); --debug prints the traceback") from last
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
         # Suggest only what this run did not already try.
         tries = [] if "torchscript" in exporters else ["--exporter torchscript"]

@@ -49,3 +49,71 @@ def source_of(exc: BaseException) -> str:
         if parts:
             return f" (at {', '.join(parts)[:MAX_SOURCE]})"
     return ""
+
+
+# A dependency's API that is gone (a removed attribute, a module that no longer imports) breaks every
+# model alike: the environment is broken, not the model, so the run must not fall back and call it done.
+_ENVIRONMENT_ERRORS = (AttributeError, ImportError)
+
+
+def environment_fault(exc: BaseException) -> str | None:
+    """`protobuf 7.36.2: AttributeError: ...` where the exception chain holds an AttributeError or
+    ImportError from inside an installed package (a removed API), else None (the model's own failure,
+    or an exporter's refusal). torch counts only where a torch module lacks an attribute: its exporters
+    raise AttributeErrors of their own on models they cannot take."""
+    for e in reversed(_chain(exc)):
+        if not isinstance(e, _ENVIRONMENT_ERRORS):
+            continue
+        module = _module_of(e)
+        dist = _distribution(module) if module else None
+        if dist is None or (dist[0] == "torch" and not _missing_module_attribute(e)):
+            continue
+        return f"{dist[0]} {dist[1]}: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(e).__name__)[:MAX_LINE]
+
+
+def _missing_module_attribute(e: BaseException) -> bool:
+    import types
+
+    return isinstance(e, ImportError) or isinstance(getattr(e, "obj", None), types.ModuleType)
+
+
+def _module_of(e: BaseException) -> str | None:
+    """The module the failure belongs to: the object missing the attribute, the module that did not
+    import, else the innermost frame's."""
+    import types
+
+    obj = getattr(e, "obj", None) if isinstance(e, AttributeError) else None
+    if obj is not None:
+        return obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__
+    if isinstance(e, ImportError) and e.name:
+        return e.name
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__") if tb is not None else None
+
+
+def _distribution(module: str) -> tuple[str, str] | None:
+    """(distribution, version) that installs `module`, or None for optcli, the standard library, the
+    user's own code and namespace packages no single distribution owns."""
+    from importlib import metadata
+
+    top = module.split(".")[0]
+    if top in ("optcli", "__main__", "builtins"):
+        return None
+    names = metadata.packages_distributions().get(top, [])
+    if len(names) > 1:  # a namespace package (google.*): the distribution that holds the submodule
+        path = module.replace(".", "/")
+        names = [n for n in names if any(str(f).startswith(path) for f in (metadata.files(n) or []))] or names[:1]
+    if not names:
+        return None
+    try:
+        return names[0], metadata.version(names[0])
+    except metadata.PackageNotFoundError:
+        return None
