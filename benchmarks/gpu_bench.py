@@ -202,7 +202,7 @@ def dry_run_modules() -> tuple[Any, Any]:
     shim = TorchShim(trt)
     runner_module.require = lambda module, purpose: {"tensorrt": trt, "torch": shim}[module]  # type: ignore[assignment]
     # The stand-in's device (fake_cuda.FakeCuda): an engine is tied to the GPU model it was built for.
-    status = type("DryStatus", (), {"gpu": "NVIDIA L4", "compute_capability": "8.9", "torch_cuda": None})()
+    status = type("DryStatus", (), {"gpu": "NVIDIA L4", "compute_capability": "8.9", "tensorrt_cuda": None})()
     return trt, status
 
 
@@ -278,7 +278,7 @@ def main() -> None:
 
     from optcli.backends.tensorrt.builder import Machine
 
-    machine = Machine(str(trt.__version__), status.gpu, status.compute_capability, status.torch_cuda)
+    machine = Machine(str(trt.__version__), status.gpu, status.compute_capability, status.tensorrt_cuda)
     note = "DRY RUN (TensorRT double, CPU torch): the figures are meaningless. " if args.dry_run else ""
     cuda_version = getattr(torch.version, "cuda", None)
     header = (f"{note}GPU: {status.gpu} (compute {status.compute_capability}); TensorRT {trt.__version__}; "

@@ -73,7 +73,7 @@ class BuildTensorRTStage(Stage):
         from optcli.backends.tensorrt.probe import tensorrt_status
 
         status = tensorrt_status()
-        return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.torch_cuda)
+        return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.tensorrt_cuda)
 
     def profiles(self, artifact: Artifact) -> list[InputProfile]:
         cfg, bench, acc = self.options(), self.ctx.config.bench, self.ctx.config.accuracy

@@ -56,7 +56,7 @@ class Machine:
     tensorrt_version: str
     gpu: str | None
     compute_capability: str | None
-    cuda: str | None = None     # CUDA version of the runtime (an engine is tied to its CUDA major)
+    cuda: str | None = None     # the CUDA major TensorRT was built for (cuda_build.py), not torch's
 
 
 @dataclass

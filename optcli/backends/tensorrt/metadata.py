@@ -91,7 +91,7 @@ class EngineMetadata:
     strongly_typed: bool = True
     built_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     optcli_version: str = ""
-    cuda: str | None = None
+    cuda: str | None = None     # the CUDA major of the TensorRT build that made it (cuda_build.py)
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
 
@@ -119,7 +119,8 @@ class EngineMetadata:
         if problem:
             return problem
         if cuda and self.cuda and cuda.split(".")[0] != self.cuda.split(".")[0]:
-            return f"built with CUDA {self.cuda}, this machine has CUDA {cuda}"
+            return (f"built by TensorRT for CUDA {self.cuda.split('.')[0]}, the TensorRT here is for CUDA "
+                    f"{cuda.split('.')[0]}")
         return _hardware_problem(self, gpu, compute_capability)
 
 

@@ -26,7 +26,8 @@ from optcli.errors import MissingDependencyError, OptcliError
 MARKER = "OPTCLI_TENSORRT_PROBE "
 PROBE_TIMEOUT_S = 180.0
 INSTALL_HINT = ("on a machine with an NVIDIA GPU and driver: pip install 'optcli[tensorrt]' and a CUDA build of "
-                "torch (see docs/tensorrt.md); or build for the CPU with --target cpu")
+                "torch (tensorrt is for CUDA 13; beside a CUDA 12 torch: optcli[tensorrt-cu12]; see docs/tensorrt.md); "
+                "or build for the CPU with --target cpu")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class TensorRTStatus:
     compute_capability: str | None = None
     tensorrt_version: str | None = None
     torch_cuda: str | None = None           # torch.version.cuda where torch can see the GPU
+    tensorrt_cuda: str | None = None        # the CUDA major TensorRT was built for (its wheel's cuXX)
     facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def summary(self) -> str:
@@ -52,10 +54,20 @@ class TensorRTUnavailableError(MissingDependencyError):
 
     def __init__(self, status: TensorRTStatus) -> None:
         OptcliError.__init__(self, f"--target tensorrt needs an NVIDIA GPU and TensorRT: {status.summary()}",
-                             hint=INSTALL_HINT)
+                             hint=install_hint(status.torch_cuda))
         self.package = "tensorrt"
         self.extra = "tensorrt"
         self.status = status
+
+
+def install_hint(torch_cuda: str | None) -> str:
+    """INSTALL_HINT with the extra named where torch's CUDA major is known."""
+    if not torch_cuda:
+        return INSTALL_HINT
+    from optcli.backends.tensorrt.cuda_build import extra_for
+
+    return (f"pip install 'optcli[{extra_for(torch_cuda)}]' (TensorRT for CUDA {torch_cuda.split('.')[0]}, as torch "
+            "is; see docs/tensorrt.md); or build for the CPU with --target cpu")
 
 
 # TensorRT 10's support matrix starts at compute capability 7.5 (Turing): Volta (7.0) was dropped.
@@ -96,7 +108,8 @@ def _interpret(facts: dict[str, Any]) -> TensorRTStatus:
         missing.append(f"TensorRT cannot create a builder on this GPU ({facts.get('builder_error', 'no reason given')})")
     return TensorRTStatus(usable=not missing, missing=tuple(missing), gpu=gpu,
                           compute_capability=facts.get("compute_capability"),
-                          tensorrt_version=facts.get("tensorrt"), torch_cuda=facts.get("torch_cuda"), facts=facts)
+                          tensorrt_version=facts.get("tensorrt"), torch_cuda=facts.get("torch_cuda"),
+                          tensorrt_cuda=facts.get("tensorrt_cuda"), facts=facts)
 
 
 def probe_subprocess(command: list[str] | None = None, timeout: float = PROBE_TIMEOUT_S) -> TensorRTStatus:
@@ -148,6 +161,9 @@ def _child_facts() -> dict[str, Any]:
         import tensorrt as trt  # noqa: F811 (the point of the probe)
 
         facts["tensorrt"] = str(trt.__version__)
+        from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
+
+        facts["tensorrt_cuda"] = tensorrt_cuda_major(trt)
     except Exception as exc:  # ImportError, or a broken install raising OSError from its libraries
         facts["tensorrt"] = None
         facts["tensorrt_error"] = f"{type(exc).__name__}: {exc}"[:300]

@@ -31,6 +31,7 @@ from optcli.optional_imports import require
 from optcli.runtime.base import Runner, _to_numpy
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 from optcli.backends.tensorrt.builder import deserialize
+from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
 from optcli.backends.tensorrt.logger import make_logger
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
 
@@ -129,9 +130,11 @@ class TensorRTRunner(Runner):
         except ValueError:
             return None  # not ours or damaged: TensorRT's own check at deserialization still applies
         major, minor = self.torch.cuda.get_device_capability(self.device)
+        # TensorRT's CUDA major, not torch's: an engine is tied to the TensorRT build that made it, and
+        # torch may use another CUDA major in the same process (second review, F8).
         problem = meta.mismatch(tensorrt_version=str(self.trt.__version__),
                                 gpu=self.torch.cuda.get_device_name(self.device), compute_capability=f"{major}.{minor}",
-                                cuda=getattr(self.torch.version, "cuda", None))
+                                cuda=tensorrt_cuda_major(self.trt))
         if problem:
             raise UsageError(f"{self.engine_path} does not fit this machine: {problem}",
                              hint="rebuild it here with optcli compile MODEL --target tensorrt")
