@@ -69,6 +69,7 @@ _SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its 
 _NP = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
        "BOOL": np.bool_, "UINT8": np.uint8, "BF16": np.uint16}
 _ELEM = {1: "FLOAT", 10: "HALF", 16: "BF16", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8"}
+_VERBOSITY_RANK = {"NONE": 0, "LAYER_NAMES_ONLY": 1, "DETAILED": 2}
 
 
 class Strict:
@@ -243,6 +244,9 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                                          "DHWC8": 6, "CDHW32": 7, "HWC": 8, "DLA_LINEAR": 9, "DLA_HWC4": 10,
                                          "HWC16": 11, "DHWC": 12})
     ProfilingVerbosity = Enum("ProfilingVerbosity", {"LAYER_NAMES_ONLY": 0, "NONE": 1, "DETAILED": 2})
+    ExecutionContextAllocationStrategy = Enum("ExecutionContextAllocationStrategy",
+                                              {"STATIC": 0, "ON_PROFILE_CHANGE": 1, "USER_MANAGED": 2})
+    scratch_users: dict[int, tuple[Any, int]] = {}  # device memory -> (the context, the stream) that last ran on it
     LayerInformationFormat = Enum("LayerInformationFormat", {"ONELINE": 0, "JSON": 1})
 
     def _is_device(ptr: int) -> bool:
@@ -547,15 +551,27 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
 
     class IExecutionContext(Strict):
         """Runs the engine's ONNX with onnxruntime on the memory at the tensor addresses (the double's
-        stand-in for GPU execution: host pointers instead of device pointers)."""
+        stand-in for GPU execution: host pointers instead of device pointers).
 
-        _settable = ("profiler",)
+        What a real context keeps between calls is modelled where optcli's correctness depends on it:
+        set_input_shape changes the shapes at once (output shapes follow), but the context's state is
+        set up for them only by the next real enqueue; an enqueue captured into a CUDA graph records
+        the shapes and addresses of that moment, and a replay runs exactly those, with the context's
+        state as it is then. A replay after the context's shapes changed since the capture writes
+        garbage (NaN, or the integer type's maximum): it would run kernels set up for other shapes."""
 
-        def __init__(self, engine: Any) -> None:
+        _settable = ("profiler", "nvtx_verbosity")
+
+        def __init__(self, engine: Any, user_memory: bool) -> None:
             self._engine = engine
             self._shapes = {e.name: tuple(e.shape) for e in engine._io if e.mode == "INPUT"}
             self._addresses: dict[str, int] = {}
             self._profiler: Any = None
+            self._nvtx = getattr(ProfilingVerbosity, engine._plan["verbosity"])
+            self._applied: dict[str, tuple] | None = None   # the shapes the last real enqueue set the state up for
+            self._generation = 0                           # bumped by every shape change
+            self._user_memory = user_memory
+            self._memory: int | None = None
 
         @property
         def profiler(self) -> Any:
@@ -565,6 +581,29 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         def profiler(self, value: Any) -> None:
             assert value is None or isinstance(value, IProfiler), "profiler must be a trt.IProfiler"
             self._profiler = value
+
+        @property
+        def nvtx_verbosity(self) -> Any:
+            return self._nvtx
+
+        @nvtx_verbosity.setter
+        def nvtx_verbosity(self, value: Any) -> None:
+            assert value in ProfilingVerbosity, f"not a ProfilingVerbosity: {value!r}"
+            # pyCoreDoc.h: "the verbosity may not be raised above" the engine's (setNvtxVerbosity -> false).
+            if _VERBOSITY_RANK[value.name] > _VERBOSITY_RANK[self._engine._plan["verbosity"]]:
+                _log(Logger.ERROR, f"NVTX verbosity {value.name} is above the engine's {self._engine._plan['verbosity']}")
+                return
+            record("nvtx_verbosity", value.name)
+            self._nvtx = value
+
+        def set_device_memory(self, memory: int, size: int) -> None:
+            assert isinstance(memory, int) and isinstance(size, int), "set_device_memory(memory: int, size: int)"
+            assert self._user_memory, "set_device_memory on a context TensorRT allocates for (STATIC strategy)"
+            need = self._engine.get_device_memory_size_for_profile_v2(0)
+            assert size >= need, f"set_device_memory: {size} bytes, the engine needs {need}"
+            assert _is_device(memory) and _is_device(memory + size - 1), "set_device_memory takes device memory"
+            record("set_device_memory", size)
+            self._memory = memory
 
         def set_input_shape(self, name: str, shape: Any) -> bool:
             shape = tuple(shape)
@@ -576,26 +615,28 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                     lo <= d <= hi for lo, d, hi in zip(profile[0], shape, profile[2])):
                 return False
             record("set_input_shape", name, shape)
+            if self._shapes[name] != shape:
+                self._generation += 1
             self._shapes[name] = shape
             return True
 
-        def _feeds(self, zeros: bool) -> dict[str, np.ndarray]:
+        def _feeds(self, shapes: dict, addresses: dict, zeros: bool) -> dict[str, np.ndarray]:
             feeds = {}
             for e in self._engine._io:
                 if e.mode != "INPUT":
                     continue
                 if e.location == "HOST" or not zeros:  # shape tensors: TensorRT reads their values on the host
-                    assert e.name in self._addresses, f"no address set for {e.name!r}"
-                    feeds[e.name] = self._view(e.name, self._shapes[e.name], e.dtype).copy()
+                    assert e.name in addresses, f"no address set for {e.name!r}"
+                    feeds[e.name] = _view(addresses[e.name], shapes[e.name], e.dtype).copy()
                 else:
-                    feeds[e.name] = np.zeros(self._shapes[e.name], _NP[e.dtype])
+                    feeds[e.name] = np.zeros(shapes[e.name], _NP[e.dtype])
             return feeds
 
         def _output_shapes(self) -> dict[str, tuple]:
             if any(-1 in s for s in self._shapes.values()):
                 return {e.name: tuple(e.shape) for e in self._engine._io if e.mode == "OUTPUT"}
             sess = self._engine._session()
-            outs = sess.run(None, self._feeds(zeros=True))
+            outs = sess.run(None, self._feeds(self._shapes, self._addresses, zeros=True))
             return {e.name: tuple(v.shape) for e, v in zip([e for e in self._engine._io if e.mode == "OUTPUT"], outs)}
 
         def get_tensor_shape(self, name: str) -> tuple[int, ...]:
@@ -616,38 +657,85 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             self._addresses[name] = memory
             return True
 
+        def _claim_memory(self, stream_handle: int) -> bool:
+            """Contexts may share device memory only when they never run in parallel (NvInferRuntime.h
+            setDeviceMemoryV2); the double holds sharers to one stream, stricter than TensorRT."""
+            if self._user_memory and self._memory is None:
+                _log(Logger.ERROR, "USER_MANAGED execution context has no device memory: call set_device_memory")
+                return False
+            if self._memory is not None:
+                other = scratch_users.get(self._memory)
+                if other is not None and other[0] is not self and other[1] != stream_handle:
+                    _log(Logger.ERROR, "device memory shared by execution contexts on different streams")
+                    return False
+                scratch_users[self._memory] = (self, stream_handle)
+            return True
+
         def execute_async_v3(self, stream_handle: int) -> bool:
             assert isinstance(stream_handle, int), "execute_async_v3 takes the stream handle as an int"
             missing = [e.name for e in self._engine._io if e.name not in self._addresses]
             assert not missing, f"no address set for {missing}"
+            if not self._claim_memory(stream_handle):
+                return False
             if trt.capturing is not None:  # inside a (fake) CUDA graph capture: recorded, not run
                 if self._profiler is not None:
                     _log(Logger.ERROR, "enqueue with a profiler attached cannot be captured in a CUDA graph "
                                        "(enqueue_emits_profile synchronizes the stream)")
                     return False
-                trt.capturing.append(lambda: self._compute())
+                if self._applied != self._shapes:
+                    _log(Logger.ERROR, "the first enqueue after an input shape change cannot be captured: "
+                                       "enqueue once before capturing")
+                    return False
+                trt.capturing.append(self._captured(stream_handle))
                 return True
             record("execute_async_v3", stream_handle)
-            self._compute()
+            self._applied = dict(self._shapes)
+            self._compute(self._shapes, self._addresses)
             if self._profiler is not None:
                 for layer in self._engine._plan["layers"]:
                     self._profiler.report_layer_time(layer, 0.01)
             return True
 
-        def _view(self, name: str, shape: tuple, dtype: str) -> np.ndarray:
-            import ctypes
+        def _captured(self, stream_handle: int) -> Any:
+            shapes, addresses, generation = dict(self._shapes), dict(self._addresses), self._generation
 
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
-            raw = (ctypes.c_char * max(nbytes, 1)).from_address(self._addresses[name])
-            return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
+            def replay() -> None:
+                record("replay", stream_handle)
+                if not self._claim_memory(stream_handle):
+                    raise AssertionError("a replayed graph ran on device memory another stream uses")
+                if self._generation != generation:   # kernels captured for `shapes`, state for others
+                    record("stale_replay", stream_handle)
+                    self._garbage(shapes, addresses)
+                else:
+                    self._compute(shapes, addresses)
+            return replay
 
-        def _compute(self) -> None:
+        def _outputs(self) -> list:
+            return [e for e in self._engine._io if e.mode == "OUTPUT"]
+
+        def _garbage(self, shapes: dict, addresses: dict) -> None:
+            for e, shape in zip(self._outputs(), self._output_shapes_for(shapes, addresses).values()):
+                view = _view(addresses[e.name], shape, e.dtype)
+                view[...] = np.nan if np.issubdtype(view.dtype, np.floating) else np.iinfo(view.dtype).max
+
+        def _output_shapes_for(self, shapes: dict, addresses: dict) -> dict[str, tuple]:
+            outs = self._engine._session().run(None, self._feeds(shapes, addresses, zeros=True))
+            return {e.name: tuple(v.shape) for e, v in zip(self._outputs(), outs)}
+
+        def _compute(self, shapes: dict, addresses: dict) -> None:
             sess = self._engine._session()
-            outs = sess.run(None, self._feeds(zeros=False))
-            for e, value in zip([e for e in self._engine._io if e.mode == "OUTPUT"], outs):
-                if e.dtype == "BF16":
-                    value = _bf16_bits(value)
-                np.copyto(self._view(e.name, value.shape, e.dtype), value)
+            outs = sess.run(None, self._feeds(shapes, addresses, zeros=False))
+            for e, value in zip(self._outputs(), outs):
+                data = _bf16_bits(value) if e.dtype == "BF16" else value
+                np.copyto(_view(addresses[e.name], value.shape, e.dtype), data)
+
+    def _view(address: int, shape: tuple, dtype: str) -> np.ndarray:
+        """The memory at `address` as an array of `shape`."""
+        import ctypes
+
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
+        raw = (ctypes.c_char * max(nbytes, 1)).from_address(address)
+        return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
 
     class IEngineInspector(Strict):
         def __init__(self, engine: Any) -> None:
@@ -719,8 +807,15 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         def get_tensor_format(self, name: str) -> Any:
             return getattr(TensorFormat, self._find(name).format)
 
-        def create_execution_context(self) -> IExecutionContext:
-            return IExecutionContext(self)
+        def create_execution_context(self, strategy: Any = ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext:
+            assert strategy in ExecutionContextAllocationStrategy, f"not an ExecutionContextAllocationStrategy: {strategy!r}"
+            assert strategy != ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE, "not modelled"
+            record("create_execution_context", strategy.name)
+            return IExecutionContext(self, strategy == ExecutionContextAllocationStrategy.USER_MANAGED)
+
+        def get_device_memory_size_for_profile_v2(self, profile_index: int) -> int:
+            assert isinstance(profile_index, int) and profile_index == 0, "optcli's engines have one profile"
+            return 4096  # the double's activations live in onnxruntime; a real engine says how many bytes
 
         def create_engine_inspector(self) -> IEngineInspector:
             return IEngineInspector(self)
@@ -770,7 +865,7 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         if name in ("ILogger", "Logger", "init_libnvinfer_plugins", "NetworkDefinitionCreationFlag", "BuilderFlag",
                     "MemoryPoolType", "HardwareCompatibilityLevel", "TensorIOMode", "DataType", "OnnxParser",
                     "Builder", "Runtime", "TensorLocation", "TensorFormat", "ProfilingVerbosity",
-                    "LayerInformationFormat", "IProfiler"):
+                    "LayerInformationFormat", "IProfiler", "ExecutionContextAllocationStrategy"):
             setattr(trt, name, value)
 
     def __getattr__(name: str) -> Any:

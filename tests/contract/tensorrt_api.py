@@ -103,9 +103,17 @@ TABLE: list[Row] = [
     Row("ICudaEngine", "get_tensor_format", "method", "get_tensor_format(name: str[, profile_index: int]) -> TensorFormat", CORE),
     Row("ICudaEngine", "get_tensor_profile_shape", "method",
         "get_tensor_profile_shape(name: str, profile_index: int) -> [min, opt, max]", CORE),
-    Row("ICudaEngine", "create_execution_context", "method", "create_execution_context(strategy=STATIC) -> IExecutionContext", CORE),
+    Row("ICudaEngine", "create_execution_context", "method",
+        "create_execution_context(strategy: ExecutionContextAllocationStrategy = STATIC) -> IExecutionContext", CORE),
+    # 10.0 has only the V1 forms (get_device_memory_size_for_profile, the device_memory property); 11.0 dropped them.
+    Row("ICudaEngine", "get_device_memory_size_for_profile_v2", "method",
+        "get_device_memory_size_for_profile_v2(profile_index: int) -> int", CORE, since="10.1"),
     Row("ICudaEngine", "create_engine_inspector", "method", "create_engine_inspector() -> IEngineInspector", CORE),
     Row("IExecutionContext", "profiler", "property", "profiler: IProfiler (settable; kept alive by the context)", CORE),
+    Row("IExecutionContext", "set_device_memory", "method",
+        "set_device_memory(memory: int, size: int) (256-byte aligned; USER_MANAGED contexts)", CORE, since="10.1"),
+    Row("IExecutionContext", "nvtx_verbosity", "property",
+        "nvtx_verbosity: ProfilingVerbosity (default and ceiling: the engine's profiling verbosity)", CORE),
     Row("IExecutionContext", "set_input_shape", "method", "set_input_shape(name: str, shape: Dims | tuple | list) -> bool", CORE),
     Row("IExecutionContext", "get_tensor_shape", "method", "get_tensor_shape(name: str) -> Dims", CORE),
     Row("IExecutionContext", "set_tensor_address", "method", "set_tensor_address(name: str, memory: int) -> bool", CORE),
@@ -137,6 +145,8 @@ TABLE: list[Row] = [
                                                         "CDHW32", "HWC", "DLA_LINEAR", "DLA_HWC4", "HWC16", "DHWC")}),
     *_enum("ProfilingVerbosity", CORE, {"LAYER_NAMES_ONLY": ALWAYS, "NONE": ALWAYS, "DETAILED": ALWAYS}),
     *_enum("LayerInformationFormat", CORE, {"ONELINE": ALWAYS, "JSON": ALWAYS}),
+    *_enum("ExecutionContextAllocationStrategy", CORE, {"STATIC": ALWAYS, "ON_PROFILE_CHANGE": ALWAYS,
+                                                        "USER_MANAGED": ALWAYS}),
 ]
 
 

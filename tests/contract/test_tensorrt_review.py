@@ -200,13 +200,11 @@ def test_row5_failed_enqueue_in_capture_never_replays_stale_outputs(fake, tmp_pa
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     rng = np.random.default_rng(0)
     with runner_module.TensorRTRunner(engine, cuda_graph=True) as runner:
-        slot = runner._handles.get()
         class Quiet(fake.IProfiler):
             def report_layer_time(self, layer_name: str, ms: float) -> None:
                 pass
 
-        slot.context.profiler = Quiet()   # TensorRT cannot capture an enqueue with a profiler attached
-        runner._handles.put(slot)
+        runner.attach_profiler(Quiet())   # TensorRT cannot capture an enqueue with a profiler attached
         for _ in range(3):
             x = rng.standard_normal((4, 4)).astype(np.float32)
             np.testing.assert_allclose(runner.predict({"x": x})["y"], reference(x), rtol=1e-6)

@@ -1,5 +1,7 @@
-"""The second review's runtime findings (issue 29), one block each, against the TensorRT double.
-Each test failed on the code before its fix. Nothing here ran on a GPU."""
+"""The second review's runtime findings (issue 29: F1, F8, F9), one block each, against the
+TensorRT double. Each test failed on the code before its fix: F1 through the double's CUDA graph
+model (a replay runs what was captured, with the context's state as it is when replayed), the
+others through optcli's own behaviour. Nothing here ran on a GPU."""
 from __future__ import annotations
 
 import types
@@ -20,6 +22,7 @@ from optcli import api  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.onnx_model import io_specs  # noqa: E402
 from optcli.tensor_spec import parse_input_spec  # noqa: E402
+from optcli.backends.tensorrt import engine_loader, handles  # noqa: E402
 from optcli.backends.tensorrt.builder import deserialize, make_logger, obtain_engine  # noqa: E402
 from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
@@ -64,6 +67,88 @@ def idle_handles(runner) -> list:
     return held
 
 
+# -- F1: one execution context per CUDA graph -------------------------------------------------------
+def test_f1_the_double_replays_what_was_captured_with_the_state_of_the_replay(fake, tmp_path):
+    """The double itself: TensorRT applies a shape change at the next enqueue and a replay skips it,
+    so a graph captured at one shape, replayed after the context ran another, gives garbage."""
+    engine = deserialize(fake, engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx")).read_bytes(),
+                         make_logger(fake))
+    context = engine.create_execution_context()
+    x, y = (fake.shim.empty(16 * n, dtype=torch.float32, device="cuda") for n in (4, 3))
+    assert context.set_tensor_address("x", x.data_ptr()) and context.set_tensor_address("y", y.data_ptr())
+    x[:8] = torch.arange(8, dtype=torch.float32)
+    context.set_input_shape("x", (2, 4))
+    graph = FakeGraph()
+    graph.capture_begin()
+    assert context.execute_async_v3(1) is False   # the first enqueue after a shape change cannot be captured
+    graph.capture_end()
+    assert context.execute_async_v3(1)
+    graph = FakeGraph()
+    graph.capture_begin()
+    assert context.execute_async_v3(1)
+    graph.capture_end()
+    graph.replay()
+    np.testing.assert_allclose(y[:6].numpy().reshape(2, 3), reference(x[:8].numpy().reshape(2, 4)), rtol=1e-6)
+    context.set_input_shape("x", (4, 4))
+    assert context.execute_async_v3(1)
+    context.set_input_shape("x", (2, 4))
+    graph.replay()
+    assert np.isnan(y[:6].numpy()).all() and calls(fake, "stale_replay")
+
+
+def test_f1_alternating_shapes_with_cuda_graphs_match_the_reference(fake, tmp_path):
+    """The review's case: batch 2, then 4, then 2 again replayed the batch-2 graph on a context
+    the batch-4 enqueue had set up (NaN from the double; wrong results on a GPU)."""
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(0)
+    with runner_module.TensorRTRunner(engine, cuda_graph=True) as runner:
+        for batch in (2, 4, 2, 4, 2, 7, 2):
+            x = rng.standard_normal((batch, 4)).astype(np.float32)
+            np.testing.assert_allclose(runner.predict({"x": x})["y"], reference(x), rtol=1e-6)
+        slot, = idle_handles(runner)
+        assert sorted(k[0][0][1][0] for k in slot.graphed) == [2, 4, 7]
+        assert all(ctx.graph is not None for ctx in slot.graphed.values())
+    assert not calls(fake, "stale_replay")
+    assert FakeGraph.captures == 3 and len(calls(fake, "replay")) == 4
+    # every context got its shapes once (the first, made for the largest shapes, was set to 16x4)
+    assert calls(fake, "set_input_shape") == [("x", (16, 4)), ("x", (2, 4)), ("x", (4, 4)), ("x", (7, 4))]
+
+
+def test_f1_contexts_of_a_handle_share_one_user_managed_allocation(fake, tmp_path):
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
+    xs = [np.random.default_rng(i).standard_normal((1 + i % 3, 4)).astype(np.float32) for i in range(12)]
+    with runner_module.TensorRTRunner(engine, cuda_graph=True, concurrency=2) as runner:
+        futures = [runner.predict_async({"x": x}) for x in xs]
+        for x, fut in zip(xs, futures):
+            np.testing.assert_allclose(fut.result()["y"], reference(x), rtol=1e-6)
+        memories = [{ctx.context._memory for ctx in slot.contexts()} for slot in idle_handles(runner)]
+    assert set(calls(fake, "create_execution_context")) == {("USER_MANAGED",)}
+    assert set(calls(fake, "set_device_memory")) == {(4096,)}   # the engine's size for profile 0
+    assert [len(m) for m in memories] == [1, 1] and memories[0] != memories[1]
+
+
+def test_f1_least_recently_used_contexts_are_dropped_past_the_limit(fake, tmp_path, monkeypatch):
+    monkeypatch.setattr(handles, "MAX_GRAPHS", 2)
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(1)
+    with runner_module.TensorRTRunner(engine, cuda_graph=True) as runner:
+        for batch in (1, 2, 3, 1, 2, 3):
+            x = rng.standard_normal((batch, 4)).astype(np.float32)
+            np.testing.assert_allclose(runner.predict({"x": x})["y"], reference(x), rtol=1e-6)
+        slot, = idle_handles(runner)
+        assert len(slot.graphed) == 2
+    assert not calls(fake, "stale_replay") and FakeGraph.captures == 6
+
+
+def test_f1_shapes_outside_the_profile_make_no_context(fake, tmp_path):
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"), batch=(1, 4, 8))
+    with runner_module.TensorRTRunner(engine, cuda_graph=True) as runner:
+        before = len(calls(fake, "create_execution_context"))
+        with pytest.raises(UsageError, match="outside the engine's profile"):
+            runner.predict({"x": np.zeros((9, 4), np.float32)})
+        assert len(calls(fake, "create_execution_context")) == before
+
+
 # -- F8: TensorRT's CUDA major, not torch's ----------------------------------------------------------
 def test_f8_the_runner_compares_tensorrts_cuda_major_not_torchs(fake, tmp_path, monkeypatch):
     """An engine built by TensorRT for CUDA 12 still loads after torch moves to CUDA 13: that
@@ -76,10 +161,10 @@ def test_f8_the_runner_compares_tensorrts_cuda_major_not_torchs(fake, tmp_path, 
     meta["cuda"] = "12"
     meta_path.write_text(json.dumps(meta))
     fake.shim.version = types.SimpleNamespace(cuda="13.0")
-    monkeypatch.setattr(runner_module, "tensorrt_cuda_major", lambda trt: "12")
+    monkeypatch.setattr(engine_loader, "tensorrt_cuda_major", lambda trt: "12")
     with runner_module.TensorRTRunner(engine) as runner:
         assert runner.predict({"x": np.ones((2, 4), np.float32)})["y"].shape == (2, 3)
-    monkeypatch.setattr(runner_module, "tensorrt_cuda_major", lambda trt: "13")
+    monkeypatch.setattr(engine_loader, "tensorrt_cuda_major", lambda trt: "13")
     with pytest.raises(UsageError, match="built by TensorRT for CUDA 12, the TensorRT here is for CUDA 13"):
         runner_module.TensorRTRunner(engine)
 
@@ -140,3 +225,20 @@ def test_f8_the_tensorrt_extras_follow_torchs_cuda_major():
     assert install_hint("12.8").startswith("pip install 'optcli[tensorrt-cu12]' (TensorRT for CUDA 12, as torch is")
 
 
+# -- F9: NVTX verbosity lowered, except under `optcli profile` --------------------------------------
+def test_f9_contexts_run_with_lowered_nvtx_verbosity(fake, tmp_path):
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))   # optcli builds DETAILED
+    with runner_module.TensorRTRunner(engine, cuda_graph=True) as runner:
+        for batch in (1, 2):
+            runner.predict({"x": np.ones((batch, 4), np.float32)})
+        contexts = [ctx for slot in idle_handles(runner) for ctx in slot.contexts()]
+        assert contexts and {c.context.nvtx_verbosity for c in contexts} == {fake.ProfilingVerbosity.LAYER_NAMES_ONLY}
+
+
+def test_f9_optcli_profile_keeps_the_engines_detailed_nvtx(fake, tmp_path):
+    from optcli.loaded_model import ResolvedArtifact
+    from optcli.backends.tensorrt.profile import profile_engine
+
+    engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
+    result = profile_engine(ResolvedArtifact(engine, "engine"), batch=2, runs=2, warmup=0)
+    assert result.layers and not calls(fake, "nvtx_verbosity")

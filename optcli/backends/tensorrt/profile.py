@@ -69,16 +69,16 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
     """Run the engine `warmup + runs` times with a layer profiler; aggregate the timed runs."""
     # No CUDA graph: a replayed graph reports no layers, and TensorRT cannot capture an enqueue that
     # has a profiler attached (its enqueue synchronizes to emit the layer times).
-    runner = open_artifact(resolved, concurrency=1, cuda_graph=False)
+    # detailed_nvtx: the contexts keep the engine's DETAILED NVTX ranges for an Nsight trace taken
+    # around `optcli profile`; every other runner lowers them (they slow enqueueV3).
+    runner = open_artifact(resolved, concurrency=1, cuda_graph=False, detailed_nvtx=True)
     try:
         trt = runner.trt
         source = FeedSource.for_runner(runner, inputs_dir, pins)
         check_batch(source.specs, batch)
         feeds = runner.normalize(source.batch(batch))
         profiler = _layer_times_profiler(trt)
-        slot = runner._handles.get()   # the runner's one context; put back at once
-        slot.context.profiler = profiler
-        runner._handles.put(slot)
+        runner.attach_profiler(profiler)
         for i in range(warmup + runs):
             profiler.recording = i >= warmup
             runner.run_normalized(feeds)  # returns after the stream synchronized: layer times are in

@@ -1,26 +1,35 @@
 """TensorRT runner: executes a serialized engine (`model.engine`) on an NVIDIA GPU.
 
-Each handle (`concurrency` of them) owns an execution context, its own CUDA stream, device buffers
-allocated once for the largest shapes the profile allows, and pinned host buffers; a call copies
-inputs host->device asynchronously, sets the input shapes when they changed (dynamic profiles),
-enqueues the engine and copies outputs back, all on that stream. Device and pinned memory are
-torch tensors (torch CUDA build), never pycuda. Options: `outputs="torch"` keeps outputs on the GPU
-as torch CUDA tensors (no copy back); `cuda_graph=True` captures the enqueue in a CUDA graph per
-set of input shapes and replays it whenever those shapes recur; `time_gpu()` measures device time with CUDA events.
+Each handle (`concurrency` of them) owns a CUDA stream, device buffers allocated once for the
+largest shapes the profile allows, pinned host buffers, and the device memory its execution
+contexts share; a call copies inputs host->device asynchronously, sets the input shapes when they
+changed (dynamic profiles), enqueues the engine and copies outputs back, all on that stream. Device
+and pinned memory are torch tensors (torch CUDA build), never pycuda. Options: `outputs="torch"`
+keeps outputs on the GPU as torch CUDA tensors (no copy back); `cuda_graph=True` captures the enqueue
+in a CUDA graph per set of input shapes and replays it whenever those shapes recur; `time_gpu()`
+measures device time with CUDA events.
 
-TensorRT calls (10.x / 11.x Python API, name-based I/O; each row of tests/contract/tensorrt_api.py
+With CUDA graphs, each set of input shapes gets its own execution context, and a handle's contexts
+share one user-managed allocation of TensorRT's device memory: handles.py says why (second review, F1).
+
+Contexts run with NVTX verbosity LAYER_NAMES_ONLY where the engine was built DETAILED (optcli builds
+so, for the engine inspector): DETAILED "will generally increase latency in enqueueV3()"
+(pyCoreDoc.h IExecutionContext.nvtx_verbosity). `detailed_nvtx=True` (`optcli profile`) keeps it.
+
+TensorRT calls (10.1+ / 11.x Python API, name-based I/O; each row of tests/contract/tensorrt_api.py
 cites its pyCore.cpp binding): trt.Runtime(logger).deserialize_cuda_engine (after
 init_libnvinfer_plugins), engine.get_tensor_location / is_shape_inference_io / get_tensor_format,
-engine.create_execution_context(), context.set_input_shape(name, shape), context.get_tensor_shape,
-context.set_tensor_address(name, ptr), context.execute_async_v3(stream_handle) -> bool; TensorRT asks
-for one enqueue after a shape change before a CUDA graph capture, which _capture does.
+engine.get_device_memory_size_for_profile_v2(0), engine.create_execution_context(strategy),
+context.set_device_memory(ptr, size), context.nvtx_verbosity, context.set_input_shape(name, shape),
+context.get_tensor_shape, context.set_tensor_address(name, ptr), context.execute_async_v3(stream_handle)
+-> bool; TensorRT asks for one enqueue after a shape change before a CUDA graph capture, which
+_capture does.
 
 Never run on a real GPU by its author: see docs/tensorrt.md for what was verified and how.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +39,10 @@ from optcli.errors import UsageError
 from optcli.optional_imports import require
 from optcli.runtime.base import Runner, _to_numpy
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
-from optcli.backends.tensorrt.builder import deserialize
-from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
+from optcli.backends.tensorrt import handles
+from optcli.backends.tensorrt.engine_loader import load_engine, tensor_spec
+from optcli.backends.tensorrt.handles import Context, Handle, Shape, shape_key
 from optcli.backends.tensorrt.logger import make_logger
-from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
-
-Shape = tuple[int, ...]
-
-
-Key = tuple  # (input shapes, values of shape-tensor inputs): what a CUDA graph and output shapes depend on
-
-
-@dataclass
-class _Slot:
-    """One execution context with its stream and buffers."""
-
-    context: Any
-    stream: Any
-    device: dict[str, Any]          # name -> flat buffer TensorRT reads/writes (pinned host memory for HOST tensors)
-    host: dict[str, Any]            # name -> flat pinned host buffer of the same size
-    shapes: dict[str, Shape]        # input shapes the context is set to
-    out_shapes: dict[str, Shape]
-    inputs_copied: Any              # CUDA event: the pinned input buffers are free after it
-    key: Key = ()
-    graphs: dict[Key, Any] = field(default_factory=dict)   # one CUDA graph per key, replayed when it recurs
-    out_cache: dict[Key, dict[str, Shape]] = field(default_factory=dict)
 
 
 def _numel(shape: Shape) -> int:
@@ -67,7 +55,8 @@ class TensorRTRunner(Runner):
     backend = "tensorrt"
 
     def __init__(self, path: str | Path, *, threads: int | None = None, concurrency: int = 1, device: int = 0,
-                 outputs: str = "numpy", cuda_graph: bool = False, check_metadata: bool = True) -> None:
+                 outputs: str = "numpy", cuda_graph: bool = False, check_metadata: bool = True,
+                 detailed_nvtx: bool = False) -> None:
         del threads  # the pipeline passes CPU thread counts to every runner; an engine runs on the GPU
         if outputs not in ("numpy", "torch"):
             raise UsageError(f"unknown outputs mode {outputs!r}", hint="use numpy (copied to the host) or torch (stay on the GPU)")
@@ -81,19 +70,13 @@ class TensorRTRunner(Runner):
         self.device = torch.device("cuda", device)
         self.output_mode = outputs
         self.cuda_graph = cuda_graph
+        self.detailed_nvtx = detailed_nvtx
         self.graph_note: str | None = None
-        self.engine_path = _engine_file(Path(path))
-        self.metadata = self._check_metadata() if check_metadata else None
+        self._profiler: Any = None
         self._logger = make_logger(self.trt)
-        allow_host_code = bool(self.metadata and self.metadata.options.get("version_compat"))
-        with torch.cuda.device(self.device):
-            self.engine = deserialize(self.trt, self.engine_path.read_bytes(), self._logger, allow_host_code)
-        if self.engine is None:
-            raise UsageError(f"TensorRT cannot load {self.engine_path}: {self._logger.last_errors()}",
-                             hint="engines only load on the TensorRT version and GPU that built them: rebuild it "
-                                  "with optcli compile MODEL --target tensorrt --force")
-        ins, outs = engine_io(self.trt, self.engine)
-        self._check_formats([e["name"] for e in ins + outs])
+        loaded = load_engine(self.trt, torch, Path(path), self.device, self._logger, check_metadata)
+        self.engine_path, self.engine, self.metadata = loaded.path, loaded.engine, loaded.metadata
+        ins, outs = loaded.inputs, loaded.outputs
         # HOST tensors (shape tensors) take host pointers; shape-inference inputs decide output shapes
         # by their values (pyCore.cpp ICudaEngine.get_tensor_location / is_shape_inference_io).
         self._on_host = {e["name"] for e in ins + outs
@@ -103,7 +86,7 @@ class TensorRTRunner(Runner):
         self._max = {i["name"]: self._ranges[i["name"]][1] if i["name"] in self._ranges else tuple(i["shape"])
                      for i in ins}
         self._dtypes = {e["name"]: e["dtype"] for e in ins + outs}
-        super().__init__([_spec(e) for e in ins], [_spec(e) for e in outs], concurrency)
+        super().__init__([tensor_spec(e) for e in ins], [tensor_spec(e) for e in outs], concurrency)
         self._start()
 
     @classmethod
@@ -121,34 +104,17 @@ class TensorRTRunner(Runner):
                 "cuda_graph": self.cuda_graph, "cuda_graph_note": self.graph_note, "outputs": self.output_mode,
                 "concurrency": self.concurrency}
 
-    def _check_metadata(self) -> EngineMetadata | None:
-        meta_path = self.engine_path.with_name(self.engine_path.name + ".json")
-        if not meta_path.is_file():
-            return None
+    def attach_profiler(self, profiler: Any) -> None:
+        """Set a trt.IProfiler on every execution context, now and created later (`optcli profile`)."""
+        self._profiler = profiler
+        held = [self._handles.get() for _ in range(self.concurrency)]
         try:
-            meta = read_metadata(meta_path)
-        except ValueError:
-            return None  # not ours or damaged: TensorRT's own check at deserialization still applies
-        major, minor = self.torch.cuda.get_device_capability(self.device)
-        # TensorRT's CUDA major, not torch's: an engine is tied to the TensorRT build that made it, and
-        # torch may use another CUDA major in the same process (second review, F8).
-        problem = meta.mismatch(tensorrt_version=str(self.trt.__version__),
-                                gpu=self.torch.cuda.get_device_name(self.device), compute_capability=f"{major}.{minor}",
-                                cuda=tensorrt_cuda_major(self.trt))
-        if problem:
-            raise UsageError(f"{self.engine_path} does not fit this machine: {problem}",
-                             hint="rebuild it here with optcli compile MODEL --target tensorrt")
-        return meta
-
-    def _check_formats(self, names: list[str]) -> None:
-        """Only linear (row-major) I/O is read and written correctly here; a vectorized format such as
-        CHW32 lays the same tensor out differently (pyCore.cpp ICudaEngine.get_tensor_format)."""
-        for name in names:
-            fmt = self.engine.get_tensor_format(name)
-            if fmt != self.trt.TensorFormat.LINEAR:
-                raise UsageError(f"engine tensor {name!r} uses the {getattr(fmt, 'name', fmt)} format; optcli's "
-                                 "runner reads and writes linear tensors only",
-                                 hint="rebuild the engine without I/O format constraints (optcli never sets them)")
+            for slot in held:
+                for ctx in slot.contexts():
+                    ctx.context.profiler = profiler
+        finally:
+            for slot in held:
+                self._handles.put(slot)
 
     # -- handles -----------------------------------------------------------------------------
     def _torch_dtype(self, name: str) -> Any:
@@ -158,43 +124,68 @@ class TensorRTRunner(Runner):
                              hint="keep FP8/INT4 inside the graph; engine inputs and outputs must be torch dtypes")
         return dtype
 
-    def _make_handle(self) -> _Slot:
+    def _make_handle(self) -> Handle:
         torch = self.torch
         with torch.cuda.device(self.device):
-            context = self.engine.create_execution_context()
-            if context is None:
-                raise UsageError(f"TensorRT could not create an execution context: {self._logger.last_errors()}",
-                                 hint="the GPU may be out of memory")
-            slot = _Slot(context, torch.cuda.Stream(device=self.device), {}, {}, {}, {}, torch.cuda.Event())
+            stream = torch.cuda.Stream(device=self.device)
+            # One allocation for every context of this handle (USER_MANAGED): made on the stream that
+            # uses it, like the I/O buffers, so torch's allocator never hands it to another stream.
+            size = int(self.engine.get_device_memory_size_for_profile_v2(0))
+            with torch.cuda.stream(stream):
+                scratch = torch.empty(max(size, 1), dtype=torch.uint8, device=self.device)
+            slot = Handle(stream, scratch, {}, {}, torch.cuda.Event())
+            slot.current = self._new_context(slot)
             if self._value_inputs:  # output sizes depend on values only a call brings: allocate inputs now
                 for name, shape in self._max.items():
                     self._buffer(slot, name, _numel(shape))
             else:
-                self._set_shapes(slot, dict(self._max))
+                self._set_shapes(slot, slot.current, dict(self._max))
             slot.inputs_copied.record(slot.stream)
         return slot
 
-    def _buffer(self, slot: _Slot, name: str, numel: int) -> None:
+    def _new_context(self, slot: Handle) -> Context:
+        trt = self.trt
+        context = self.engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGED)
+        if context is None:
+            raise UsageError(f"TensorRT could not create an execution context: {self._logger.last_errors()}",
+                             hint="the GPU may be out of memory")
+        context.set_device_memory(slot.scratch.data_ptr(), slot.scratch.numel())
+        if not self.detailed_nvtx and self.engine.profiling_verbosity == trt.ProfilingVerbosity.DETAILED:
+            context.nvtx_verbosity = trt.ProfilingVerbosity.LAYER_NAMES_ONLY
+        if self._profiler is not None:
+            context.profiler = self._profiler
+        return Context(context)
+
+    def _buffer(self, slot: Handle, name: str, numel: int) -> None:
         """Make sure `name` has the buffer TensorRT uses and a pinned host buffer of >= `numel` elements.
-        A HOST tensor's only buffer is the pinned one: TensorRT reads or writes it from the CPU."""
-        if name in slot.host and slot.host[name].numel() >= numel:
+        A HOST tensor's only buffer is the pinned one: TensorRT reads or writes it from the CPU.
+        Contexts learn a new address in _bind, before their next enqueue."""
+        size = numel
+        if name in slot.host and slot.host[name].numel() >= size:
             return
         dtype = self._torch_dtype(name)
-        slot.host[name] = self.torch.empty(max(numel, 1), dtype=dtype, pin_memory=True)
+        slot.host[name] = self.torch.empty(max(size, 1), dtype=dtype, pin_memory=True)
         if name in self._on_host:
             slot.device[name] = slot.host[name]
         else:
             # Allocated on the slot's stream, which uses it, so torch's caching allocator never hands
             # the block to another stream while this one may still be reading it.
             with self.torch.cuda.stream(slot.stream):
-                slot.device[name] = self.torch.empty(max(numel, 1), dtype=dtype, device=self.device)
-        if not slot.context.set_tensor_address(name, slot.device[name].data_ptr()):
-            raise UsageError(f"TensorRT refused the buffer address for {name!r}: {self._logger.last_errors()}")
-        slot.graphs.clear()  # captured graphs hold the old addresses
+                slot.device[name] = self.torch.empty(max(size, 1), dtype=dtype, device=self.device)
 
-    def _set_shapes(self, slot: _Slot, shapes: dict[str, Shape], values: dict[str, Any] | None = None) -> None:
-        """Set input shapes (and shape-tensor values, which TensorRT reads from host memory) and read
-        the output shapes they give; those are remembered per key."""
+    def _bind(self, ctx: Context, slot: Handle, names: Any = None) -> None:
+        """Give the context the current address of each buffer; a captured graph holds the old ones,
+        so a context whose addresses changed loses its graph."""
+        for name in names if names is not None else list(slot.device):
+            ptr = slot.device[name].data_ptr()
+            if ctx.addresses.get(name) == ptr:
+                continue
+            if not ctx.context.set_tensor_address(name, ptr):
+                raise UsageError(f"TensorRT refused the buffer address for {name!r}: {self._logger.last_errors()}")
+            ctx.addresses[name] = ptr
+            ctx.graph = None
+
+    def _check_range(self, shapes: dict[str, Shape]) -> None:
         for name, shape in shapes.items():
             if name in self._ranges:
                 lo, hi = self._ranges[name]
@@ -203,18 +194,26 @@ class TensorRTRunner(Runner):
                                      f"{format_shape(lo)} .. {format_shape(hi)}",
                                      hint="rebuild the engine with a wider range (--batch MIN/OPT/MAX or "
                                           "--input NAME:MIN/OPT/MAX)")
-                if not slot.context.set_input_shape(name, shape):
-                    raise UsageError(f"TensorRT refused shape {format_shape(shape)} for {name!r}: "
-                                     f"{self._logger.last_errors()}")
+
+    def _set_shapes(self, slot: Handle, ctx: Context, shapes: dict[str, Shape],
+                    values: dict[str, Any] | None = None) -> None:
+        """Set input shapes (and shape-tensor values, which TensorRT reads from host memory) on `ctx`
+        and read the output shapes they give; those are remembered per key."""
+        self._check_range(shapes)
+        for name, shape in shapes.items():
+            if name in self._ranges and not ctx.context.set_input_shape(name, shape):
+                raise UsageError(f"TensorRT refused shape {format_shape(shape)} for {name!r}: "
+                                 f"{self._logger.last_errors()}")
             self._buffer(slot, name, _numel(shape))
         for name, value in (values or {}).items():
             self._copy_host(slot, name, value, shapes[name])
-        key = _key(shapes, values)
+        self._bind(ctx, slot, list(shapes))  # shape-tensor values are read at their address
+        key = shape_key(shapes, values)
         out_shapes = slot.out_cache.get(key)
         if out_shapes is None:
             out_shapes = {}
             for spec in self.outputs:
-                shape = tuple(int(d) for d in slot.context.get_tensor_shape(spec.name))
+                shape = tuple(int(d) for d in ctx.context.get_tensor_shape(spec.name))
                 if any(d < 0 for d in shape):
                     raise UsageError(f"output {spec.name!r} has a data-dependent shape {format_shape(shape)}",
                                      hint="engines with data-dependent output shapes (NonZero, NMS) are not supported")
@@ -222,12 +221,31 @@ class TensorRTRunner(Runner):
             slot.out_cache[key] = out_shapes
         for name, shape in out_shapes.items():
             self._buffer(slot, name, _numel(shape))
-        slot.shapes, slot.out_shapes, slot.key = dict(shapes), out_shapes, key
+        ctx.shapes, ctx.out_shapes, ctx.key = dict(shapes), out_shapes, key
 
-    def _release_handle(self, handle: _Slot) -> None:
-        handle.stream.synchronize()
-        handle.graphs.clear()
-        handle.context = None
+    def _context_for(self, slot: Handle, shapes: dict[str, Shape], values: dict[str, Any]) -> Context:
+        """The context to run these shapes on. Without CUDA graphs: the handle's one context, its shapes
+        set when they changed. With them: the context made for this key, or a new one."""
+        key = shape_key(shapes, values)
+        if not self.cuda_graph:
+            if slot.graphed:  # graphs were turned off (a capture failed): keep one context
+                slot.drop_graphs()
+            ctx = slot.current
+            assert ctx is not None
+            if ctx.key != key:
+                self._set_shapes(slot, ctx, shapes, values)
+            return ctx
+        ctx = slot.graphed_for(key)
+        if ctx is None:
+            self._check_range(shapes)  # before a context is made for shapes that cannot run
+            ctx = self._new_context(slot)
+            self._set_shapes(slot, ctx, shapes, values)
+            slot.add_graphed(key, ctx)
+        slot.current = ctx
+        return ctx
+
+    def _release_handle(self, handle: Handle) -> None:
+        handle.release()
 
     def close(self) -> None:
         super().close()
@@ -245,22 +263,22 @@ class TensorRTRunner(Runner):
             raise UsageError(f"input {spec.name!r} is {spec.dtype}: pass it as a torch tensor")
         return _to_numpy(value, spec)
 
-    def _run(self, handle: _Slot, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Handle, feeds: dict[str, Any]) -> list[Any]:
         torch, slot = self.torch, handle
         shapes = {s.name: tuple(int(d) for d in feeds[s.name].shape) for s in self.inputs}
         values = {n: feeds[n] for n in self._value_inputs}
         with torch.cuda.device(self.device):
-            if _key(shapes, values) != slot.key:
-                self._set_shapes(slot, shapes, values)
+            ctx = self._context_for(slot, shapes, values)
             caller = torch.cuda.current_stream(self.device)
             slot.inputs_copied.synchronize()  # the last call's async copies have left the pinned buffers
             with torch.cuda.stream(slot.stream):
                 for spec in self.inputs:
                     self._copy_in(slot, spec.name, feeds[spec.name], shapes[spec.name], caller)
                 slot.inputs_copied.record(slot.stream)
-                self._execute(slot)
-                views = [(slot.device[o.name][:_numel(slot.out_shapes[o.name])].view(slot.out_shapes[o.name]),
-                          slot.host[o.name][:_numel(slot.out_shapes[o.name])].view(slot.out_shapes[o.name]))
+                self._bind(ctx, slot)
+                self._execute(slot, ctx)
+                views = [(slot.device[o.name][:_numel(ctx.out_shapes[o.name])].view(ctx.out_shapes[o.name]),
+                          slot.host[o.name][:_numel(ctx.out_shapes[o.name])].view(ctx.out_shapes[o.name]))
                          for o in self.outputs]
                 if self.output_mode == "torch":
                     outs = [dev.clone() for dev, _ in views]  # the slot's buffers are reused by the next call
@@ -276,14 +294,14 @@ class TensorRTRunner(Runner):
             slot.stream.synchronize()
         return [_host_array(host) for _, host in views]
 
-    def _copy_host(self, slot: _Slot, name: str, value: Any, shape: Shape) -> None:
+    def _copy_host(self, slot: Handle, name: str, value: Any, shape: Shape) -> None:
         host = slot.host[name][:_numel(shape)].view(shape)
         if isinstance(value, self.torch.Tensor):
             host.copy_(value)
         else:
             np.copyto(host.numpy(), value, casting="no")
 
-    def _copy_in(self, slot: _Slot, name: str, value: Any, shape: Shape, caller: Any) -> None:
+    def _copy_in(self, slot: Handle, name: str, value: Any, shape: Shape, caller: Any) -> None:
         n = _numel(shape)
         if name in self._on_host:   # TensorRT reads it from host memory during the enqueue
             self._copy_host(slot, name, value, shape)
@@ -296,41 +314,26 @@ class TensorRTRunner(Runner):
         self._copy_host(slot, name, value, shape)
         dev.copy_(slot.host[name][:n].view(shape), non_blocking=True)
 
-    def _execute(self, slot: _Slot) -> None:
-        graph = slot.graphs.get(slot.key) if self.cuda_graph else None
-        if graph is not None:
-            graph.replay()
+    def _execute(self, slot: Handle, ctx: Context) -> None:
+        if self.cuda_graph and ctx.graph is not None:
+            ctx.graph.replay()
         elif self.cuda_graph:
-            self._capture(slot)  # runs the engine once for real, then captures
-        elif not slot.context.execute_async_v3(slot.stream.cuda_stream):
+            self._capture(slot, ctx)  # runs the engine once for real, then captures
+        elif not ctx.context.execute_async_v3(slot.stream.cuda_stream):
             raise UsageError(f"TensorRT execution failed: {self._logger.last_errors()}")
 
-    def _capture(self, slot: _Slot) -> None:
-        """Enqueue once for real (TensorRT finishes shape-dependent setup outside the capture; this
-        call's outputs come from it), then capture the enqueue into a CUDA graph kept for this key.
-        capture_begin/capture_end directly: torch.cuda.graph() would synchronize the whole device and
-        empty the allocator cache on every capture. An enqueue that fails inside the capture leaves an
-        empty graph whose replays would return stale outputs: it is discarded and graphs turned off."""
-        torch = self.torch
-        if not slot.context.execute_async_v3(slot.stream.cuda_stream):
+    def _capture(self, slot: Handle, ctx: Context) -> None:
+        """Enqueue once for real (this call's outputs come from it), then capture the enqueue into a
+        CUDA graph on ctx. A capture that fails turns CUDA graphs off for the runner, with the reason."""
+        if not ctx.context.execute_async_v3(slot.stream.cuda_stream):
             raise UsageError(f"TensorRT execution failed: {self._logger.last_errors()}")
         slot.stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
         mark = self._logger.mark()
-        ok, problem = False, ""
-        try:
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                ok = bool(slot.context.execute_async_v3(slot.stream.cuda_stream))
-            finally:
-                graph.capture_end()
-        except RuntimeError as exc:  # some engines cannot be captured: run them without a graph
-            problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        ok, problem = handles.capture(self.torch, slot, ctx)
         if ok and not problem:
-            slot.graphs[slot.key] = graph
             return
         self.cuda_graph = False
-        slot.graphs.clear()
+        slot.drop_graphs()
         reason = problem or f"the enqueue failed during capture ({self._logger.last_errors(1, since=mark)})"
         self.graph_note = f"capture failed, running without CUDA graphs: {reason}"
 
@@ -342,36 +345,22 @@ class TensorRTRunner(Runner):
         slot = self._handles.get()
         try:
             self._run(slot, normalized)
+            ctx = slot.current
+            assert ctx is not None
             with torch.cuda.device(self.device), torch.cuda.stream(slot.stream):
                 for _ in range(warmup):
-                    self._execute(slot)
+                    self._execute(slot, ctx)
                 pairs = []
                 for _ in range(runs):
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record(slot.stream)
-                    self._execute(slot)
+                    self._execute(slot, ctx)
                     end.record(slot.stream)
                     pairs.append((start, end))
                 slot.stream.synchronize()
             return [start.elapsed_time(end) for start, end in pairs]
         finally:
             self._handles.put(slot)
-
-
-def _key(shapes: dict[str, Shape], values: dict[str, Any] | None) -> Key:
-    def flat(v: Any) -> tuple:
-        v = v.detach().cpu() if hasattr(v, "detach") else v  # a torch tensor, maybe on the GPU
-        return tuple(np.asarray(v).ravel().tolist())
-
-    return tuple(sorted(shapes.items())), tuple((n, flat(v)) for n, v in sorted((values or {}).items()))
-
-
-def _host_array(host: Any) -> np.ndarray:
-    """A numpy copy of a pinned output. numpy has no bfloat16 (torch's .numpy() raises TypeError), so
-    BF16 outputs come back as float32, which holds every bfloat16 value exactly."""
-    if str(host.dtype) == "torch.bfloat16":
-        return host.float().numpy()
-    return host.numpy().copy()
 
 
 def device_index(device: Any) -> Any:
@@ -383,14 +372,9 @@ def device_index(device: Any) -> Any:
     return int(device.partition(":")[2] or 0)
 
 
-def _engine_file(path: Path) -> Path:
-    engine = path / ENGINE_FILE if path.is_dir() else path
-    if not engine.is_file():
-        raise UsageError(f"no TensorRT engine at {path}", hint="pass a .engine file or a folder holding model.engine")
-    return engine
-
-
-def _spec(entry: dict[str, Any]) -> TensorSpec:
-    shape = tuple(d if d >= 0 else ("batch" if i == 0 else f"{entry['name']}_dim{i}")
-                  for i, d in enumerate(entry["shape"]))
-    return TensorSpec(entry["name"], shape, entry["dtype"])
+def _host_array(host: Any) -> np.ndarray:
+    """A numpy copy of a pinned output. numpy has no bfloat16 (torch's .numpy() raises TypeError), so
+    BF16 outputs come back as float32, which holds every bfloat16 value exactly."""
+    if str(host.dtype) == "torch.bfloat16":
+        return host.float().numpy()
+    return host.numpy().copy()

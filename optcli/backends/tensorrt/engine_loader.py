@@ -1,0 +1,83 @@
+"""Opening an engine for the runner: find the file, check its metadata against this machine,
+deserialize it and read its I/O, refusing what the runner cannot hold. Loading is separate from
+running it, as Polygraphy separates its loaders from its runners (polygraphy/backend/trt)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optcli.errors import UsageError
+from optcli.tensor_spec import TensorSpec
+from optcli.backends.tensorrt.builder import deserialize
+from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
+
+
+@dataclass
+class LoadedEngine:
+    path: Path
+    engine: Any                         # the deserialized ICudaEngine
+    metadata: EngineMetadata | None     # model.engine.json, where there is one of ours
+    inputs: list[dict[str, Any]]        # metadata.engine_io entries
+    outputs: list[dict[str, Any]]
+
+
+def engine_file(path: Path) -> Path:
+    engine = path / ENGINE_FILE if path.is_dir() else path
+    if not engine.is_file():
+        raise UsageError(f"no TensorRT engine at {path}", hint="pass a .engine file or a folder holding model.engine")
+    return engine
+
+
+def check_metadata(trt: Any, torch: Any, engine_path: Path, device: Any) -> EngineMetadata | None:
+    """The engine's metadata, or UsageError when it says the engine does not fit this machine."""
+    meta_path = engine_path.with_name(engine_path.name + ".json")
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = read_metadata(meta_path)
+    except ValueError:
+        return None  # not ours or damaged: TensorRT's own check at deserialization still applies
+    major, minor = torch.cuda.get_device_capability(device)
+    # TensorRT's CUDA major, not torch's: an engine is tied to the TensorRT build that made it, and
+    # torch may use another CUDA major in the same process (second review, F8).
+    problem = meta.mismatch(tensorrt_version=str(trt.__version__), gpu=torch.cuda.get_device_name(device),
+                            compute_capability=f"{major}.{minor}", cuda=tensorrt_cuda_major(trt))
+    if problem:
+        raise UsageError(f"{engine_path} does not fit this machine: {problem}",
+                         hint="rebuild it here with optcli compile MODEL --target tensorrt")
+    return meta
+
+
+def load_engine(trt: Any, torch: Any, path: Path, device: Any, logger: Any, check: bool = True) -> LoadedEngine:
+    """Deserialize the engine at `path` (a file or an engine cache entry) on `device`."""
+    engine_path = engine_file(path)
+    meta = check_metadata(trt, torch, engine_path, device) if check else None
+    allow_host_code = bool(meta and meta.options.get("version_compat"))
+    with torch.cuda.device(device):
+        engine = deserialize(trt, engine_path.read_bytes(), logger, allow_host_code)
+    if engine is None:
+        raise UsageError(f"TensorRT cannot load {engine_path}: {logger.last_errors()}",
+                         hint="engines only load on the TensorRT version and GPU that built them: rebuild it "
+                              "with optcli compile MODEL --target tensorrt --force")
+    ins, outs = engine_io(trt, engine)
+    _check_formats(trt, engine, [e["name"] for e in ins + outs])
+    return LoadedEngine(engine_path, engine, meta, ins, outs)
+
+
+def _check_formats(trt: Any, engine: Any, names: list[str]) -> None:
+    """Only linear (row-major) I/O is read and written correctly here; a vectorized format such as
+    CHW32 lays the same tensor out differently (pyCore.cpp ICudaEngine.get_tensor_format)."""
+    for name in names:
+        fmt = engine.get_tensor_format(name)
+        if fmt != trt.TensorFormat.LINEAR:
+            raise UsageError(f"engine tensor {name!r} uses the {getattr(fmt, 'name', fmt)} format; optcli's "
+                             "runner reads and writes linear tensors only",
+                             hint="rebuild the engine without I/O format constraints (optcli never sets them)")
+
+
+def tensor_spec(entry: dict[str, Any]) -> TensorSpec:
+    shape = tuple(d if d >= 0 else ("batch" if i == 0 else f"{entry['name']}_dim{i}")
+                  for i, d in enumerate(entry["shape"]))
+    return TensorSpec(entry["name"], shape, entry["dtype"])
