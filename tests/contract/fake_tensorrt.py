@@ -65,10 +65,13 @@ KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", 
              "HardSwish", "HardSigmoid", "InstanceNormalization", "Resize", "ConvTranspose", "Dropout"}
 PLUGIN_OPS = {"RoiAlign": "ROIAlign_TRT"}            # ONNX ops onnx-tensorrt imports as plugin layers
 _SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its shape input
-# BF16 has no numpy dtype: its memory is read and written as uint16 bit patterns.
+# BF16 and FP8 have no numpy dtype: their memory is read and written as bit patterns. FP4 and INT4
+# are packed two per byte (element 0 in the low nibble, as ONNX packs them): see _view.
 _NP = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
-       "BOOL": np.bool_, "UINT8": np.uint8, "BF16": np.uint16}
-_ELEM = {1: "FLOAT", 10: "HALF", 16: "BF16", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8"}
+       "BOOL": np.bool_, "UINT8": np.uint8, "BF16": np.uint16, "FP8": np.uint8, "FP4": np.uint8, "INT4": np.uint8}
+_PACKED = ("FP4", "INT4")
+_ELEM = {1: "FLOAT", 10: "HALF", 16: "BF16", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8", 17: "FP8",
+         22: "INT4", 23: "FP4"}
 _VERBOSITY_RANK = {"NONE": 0, "LAYER_NAMES_ONLY": 1, "DETAILED": 2}
 
 
@@ -134,15 +137,34 @@ def _bf16_bits(values: np.ndarray) -> np.ndarray:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 from onnxruntime -> the bytes TensorRT writes for a BF16, FP8 (E4M3), FP4 (E2M1) or
+    INT4 output; other dtypes as they are."""
+    import ml_dtypes
+
+    if dtype == "BF16":
+        return _bf16_bits(values)
+    if dtype == "FP8":
+        return np.asarray(values, np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    if dtype in _PACKED:
+        flat = np.asarray(values, np.float32).ravel()
+        codes = (flat.astype(ml_dtypes.float4_e2m1fn).view(np.uint8) if dtype == "FP4"
+                 else flat.astype(np.int8).view(np.uint8)) & 0x0F
+        codes = np.concatenate([codes, np.zeros(len(codes) % 2, np.uint8)])
+        return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
+    return values
+
+
 def _session(path: str) -> Any:
-    """onnxruntime session for the engine's ONNX; BF16 graph outputs get a Cast back to float32
-    (onnxruntime's Python API cannot return bfloat16)."""
+    """onnxruntime session for the engine's ONNX; BF16, FP8 and INT4 graph outputs get a Cast back to
+    float32 (onnxruntime's Python API cannot return them)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
     model = onnx.load(path)
     for out in model.graph.output:
-        if out.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+        # (FLOAT4E2M1 is not here: onnxruntime has no FP4 kernels, so the double cannot run FP4 graphs.)
+        if out.type.tensor_type.elem_type in (TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.INT4):
             model.graph.node.append(helper.make_node("Cast", [out.name], [out.name + "__f32"], to=TensorProto.FLOAT))
             out.name += "__f32"
             out.type.tensor_type.elem_type = TensorProto.FLOAT
@@ -726,14 +748,20 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             sess = self._engine._session()
             outs = sess.run(None, self._feeds(shapes, addresses, zeros=False))
             for e, value in zip(self._outputs(), outs):
-                data = _bf16_bits(value) if e.dtype == "BF16" else value
-                np.copyto(_view(addresses[e.name], value.shape, e.dtype), data)
+                data = _encode(value, e.dtype)
+                view = _view(addresses[e.name], value.shape, e.dtype)
+                np.copyto(view, data.reshape(view.shape))
 
     def _view(address: int, shape: tuple, dtype: str) -> np.ndarray:
-        """The memory at `address` as an array of `shape`."""
+        """The memory at `address` as an array of `shape` (flat bytes for the packed 4-bit types)."""
         import ctypes
 
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NP[dtype]).itemsize
+        numel = int(np.prod(shape, dtype=np.int64))
+        if dtype in _PACKED:
+            nbytes = (numel + 1) // 2
+            shape = (nbytes,)
+        else:
+            nbytes = numel * np.dtype(_NP[dtype]).itemsize
         raw = (ctypes.c_char * max(nbytes, 1)).from_address(address)
         return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(_NP[dtype]).reshape(shape)
 

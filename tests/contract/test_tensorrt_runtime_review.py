@@ -1,4 +1,4 @@
-"""The second review's runtime findings (issue 29: F1, F8, F9), one block each, against the
+"""The second review's runtime findings (issue 29: F1, F7, F8, F9), one block each, against the
 TensorRT double. Each test failed on the code before its fix: F1 through the double's CUDA graph
 model (a replay runs what was captured, with the context's state as it is when replayed), the
 others through optcli's own behaviour. Nothing here ran on a GPU."""
@@ -22,7 +22,7 @@ from optcli import api  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.onnx_model import io_specs  # noqa: E402
 from optcli.tensor_spec import parse_input_spec  # noqa: E402
-from optcli.backends.tensorrt import engine_loader, handles  # noqa: E402
+from optcli.backends.tensorrt import engine_loader, handles, io_types  # noqa: E402
 from optcli.backends.tensorrt.builder import deserialize, make_logger, obtain_engine  # noqa: E402
 from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
@@ -147,6 +147,51 @@ def test_f1_shapes_outside_the_profile_make_no_context(fake, tmp_path):
         with pytest.raises(UsageError, match="outside the engine's profile"):
             runner.predict({"x": np.zeros((9, 4), np.float32)})
         assert len(calls(fake, "create_execution_context")) == before
+
+
+# -- F7: FP8 and 4-bit outputs reach numpy --------------------------------------------------------
+def quantizing_model(path: Path, elem: int, opset: int) -> Path:
+    w = numpy_helper.from_array(np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3), "W")
+    scale = numpy_helper.from_array(np.array(0.25, np.float32), "s")
+    zero = helper.make_tensor("zp", elem, [], [0])
+    return save(path, [helper.make_node("MatMul", ["x", "W"], ["m"]),
+                       helper.make_node("QuantizeLinear", ["m", "s", "zp"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                [helper.make_tensor_value_info("y", elem, ["batch", 3])], [w, scale, zero], opset=opset)
+
+
+def test_f7_an_fp8_output_comes_back_as_float32(fake, tmp_path):
+    engine = build(fake, tmp_path, quantizing_model(tmp_path / "fp8.onnx", TensorProto.FLOAT8E4M3FN, 19))
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    m = x @ np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3) / 0.25
+    want = torch.from_numpy(m).to(torch.float8_e4m3fn).float().numpy()
+    with runner_module.TensorRTRunner(engine) as runner:
+        assert runner.outputs[0].dtype == "float8_e4m3fn"
+        y = runner.predict({"x": x})["y"]
+    assert y.dtype == np.float32 and y.shape == (3, 3)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_f7_a_packed_int4_output_is_unpacked(fake, tmp_path):
+    engine = build(fake, tmp_path, quantizing_model(tmp_path / "int4.onnx", TensorProto.INT4, 21))
+    x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)   # 9 values: an odd count
+    m = x @ np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3) / 0.25
+    with runner_module.TensorRTRunner(engine) as runner:
+        y = runner.predict({"x": x})["y"]
+    assert y.dtype == np.int8
+    np.testing.assert_array_equal(y, np.clip(np.rint(m), -8, 7))
+
+
+def test_f7_fp4_and_int4_codes_decode_as_onnx_packs_them():
+    import ml_dtypes
+
+    values = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+    codes = values.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    packed = np.concatenate([codes, [0]]).astype(np.uint8)
+    packed = torch.from_numpy(packed[0::2] | (packed[1::2] << 4))
+    np.testing.assert_array_equal(io_types.unpack(torch, packed, "float4_e2m1", len(values)).numpy(), values)
+    ints = torch.tensor([0x21, 0xF8, 0x07], dtype=torch.uint8)   # 1, 2, -8, -1, 7
+    assert io_types.unpack(torch, ints, "int4", 5).tolist() == [1, 2, -8, -1, 7]
 
 
 # -- F8: TensorRT's CUDA major, not torch's ----------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec
+from optcli.backends.tensorrt import io_types
 from optcli.backends.tensorrt.builder import deserialize
 from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
@@ -63,6 +64,11 @@ def load_engine(trt: Any, torch: Any, path: Path, device: Any, logger: Any, chec
                               "with optcli compile MODEL --target tensorrt --force")
     ins, outs = engine_io(trt, engine)
     _check_formats(trt, engine, [e["name"] for e in ins + outs])
+    for e in ins:
+        if io_types.is_packed(e["dtype"]):
+            raise UsageError(f"engine input {e['name']!r} is {e['dtype']}, packed two values per byte; "
+                             "optcli's runner takes no 4-bit inputs",
+                             hint="keep FP4/INT4 inside the graph: quantize after a float input")
     return LoadedEngine(engine_path, engine, meta, ins, outs)
 
 

@@ -39,7 +39,7 @@ from optcli.errors import UsageError
 from optcli.optional_imports import require
 from optcli.runtime.base import Runner, _to_numpy
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
-from optcli.backends.tensorrt import handles
+from optcli.backends.tensorrt import handles, io_types
 from optcli.backends.tensorrt.engine_loader import load_engine, tensor_spec
 from optcli.backends.tensorrt.handles import Context, Handle, Shape, shape_key
 from optcli.backends.tensorrt.logger import make_logger
@@ -118,10 +118,10 @@ class TensorRTRunner(Runner):
 
     # -- handles -----------------------------------------------------------------------------
     def _torch_dtype(self, name: str) -> Any:
-        dtype = getattr(self.torch, self._dtypes[name], None)
+        dtype = io_types.storage_dtype(self.torch, self._dtypes[name])
         if dtype is None:
             raise UsageError(f"tensor {name!r} has dtype {self._dtypes[name]}, which torch cannot hold",
-                             hint="keep FP8/INT4 inside the graph; engine inputs and outputs must be torch dtypes")
+                             hint="keep such types inside the graph; engine inputs and outputs must be torch dtypes")
         return dtype
 
     def _make_handle(self) -> Handle:
@@ -157,10 +157,10 @@ class TensorRTRunner(Runner):
         return Context(context)
 
     def _buffer(self, slot: Handle, name: str, numel: int) -> None:
-        """Make sure `name` has the buffer TensorRT uses and a pinned host buffer of >= `numel` elements.
+        """Make sure `name` has the buffer TensorRT uses and a pinned host buffer for >= `numel` values.
         A HOST tensor's only buffer is the pinned one: TensorRT reads or writes it from the CPU.
         Contexts learn a new address in _bind, before their next enqueue."""
-        size = numel
+        size = io_types.storage_numel(self._dtypes[name], numel)
         if name in slot.host and slot.host[name].numel() >= size:
             return
         dtype = self._torch_dtype(name)
@@ -277,22 +277,23 @@ class TensorRTRunner(Runner):
                 slot.inputs_copied.record(slot.stream)
                 self._bind(ctx, slot)
                 self._execute(slot, ctx)
-                views = [(slot.device[o.name][:_numel(ctx.out_shapes[o.name])].view(ctx.out_shapes[o.name]),
-                          slot.host[o.name][:_numel(ctx.out_shapes[o.name])].view(ctx.out_shapes[o.name]))
-                         for o in self.outputs]
                 if self.output_mode == "torch":
-                    outs = [dev.clone() for dev, _ in views]  # the slot's buffers are reused by the next call
+                    # clone: the slot's buffers are reused by the next call (an unpacked 4-bit output is new)
+                    outs = [io_types.readable(torch, slot.device[o.name], o.dtype, ctx.out_shapes[o.name]).clone()
+                            for o in self.outputs]
                 else:
-                    for (dev, host), o in zip(views, self.outputs):
+                    for o in self.outputs:
                         if o.name not in self._on_host:  # a HOST output is already in its pinned buffer
-                            host.copy_(dev, non_blocking=True)
+                            n = io_types.storage_numel(o.dtype, _numel(ctx.out_shapes[o.name]))
+                            slot.host[o.name][:n].copy_(slot.device[o.name][:n], non_blocking=True)
             if self.output_mode == "torch":
                 caller.wait_stream(slot.stream)
                 for t in outs:
                     t.record_stream(caller)
                 return outs
             slot.stream.synchronize()
-        return [_host_array(host) for _, host in views]
+        return [io_types.to_numpy(torch, io_types.readable(torch, slot.host[o.name], o.dtype, ctx.out_shapes[o.name]))
+                for o in self.outputs]
 
     def _copy_host(self, slot: Handle, name: str, value: Any, shape: Shape) -> None:
         host = slot.host[name][:_numel(shape)].view(shape)
@@ -370,11 +371,3 @@ def device_index(device: Any) -> Any:
     if device != "cuda" and not device.startswith("cuda:"):
         raise UsageError(f"device {device!r}: a TensorRT engine runs on a GPU", hint="use device='cuda' or 'cuda:N'")
     return int(device.partition(":")[2] or 0)
-
-
-def _host_array(host: Any) -> np.ndarray:
-    """A numpy copy of a pinned output. numpy has no bfloat16 (torch's .numpy() raises TypeError), so
-    BF16 outputs come back as float32, which holds every bfloat16 value exactly."""
-    if str(host.dtype) == "torch.bfloat16":
-        return host.float().numpy()
-    return host.numpy().copy()
