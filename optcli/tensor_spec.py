@@ -60,10 +60,15 @@ class TensorSpec:
             elif fallback and str(d) in fallback:
                 dims.append(fallback[str(d)])
             else:
+                example = 'x'.join(str(x) if isinstance(x, int) else '1' if j == 0 else '128'
+                                   for j, x in enumerate(self.shape))
+                within = ""
+                if self.profile:  # a TensorRT engine's input: suggest the shape its profile was tuned for
+                    example = format_shape(self.profile[1])
+                    within = f" (its profile takes {format_shape(self.profile[0])} .. {format_shape(self.profile[2])})"
                 raise UsageError(
                     f"input {self.name!r} has a dynamic dim {d!r} at axis {i} and no size for it",
-                    hint=f"pin it with --input {self.name}:"
-                         f"{'x'.join(str(x) if isinstance(x, int) else '1' if j == 0 else '128' for j, x in enumerate(self.shape))}",
+                    hint=f"pin it with --input {self.name}:{example}{within}",
                 )
         return tuple(dims)
 

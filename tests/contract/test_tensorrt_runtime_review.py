@@ -1,4 +1,4 @@
-"""The second review's runtime findings (issue 29: F1, F7, F8, F9), one block each, against the
+"""The second review's runtime findings (issue 29: F1, F4, F7, F8, F9), one block each, against the
 TensorRT double. Each test failed on the code before its fix: F1 through the double's CUDA graph
 model (a replay runs what was captured, with the context's state as it is when replayed), the
 others through optcli's own behaviour. Nothing here ran on a GPU."""
@@ -147,6 +147,34 @@ def test_f1_shapes_outside_the_profile_make_no_context(fake, tmp_path):
         with pytest.raises(UsageError, match="outside the engine's profile"):
             runner.predict({"x": np.zeros((9, 4), np.float32)})
         assert len(calls(fake, "create_execution_context")) == before
+
+
+# -- F4: fixed dims from the engine's profile --------------------------------------------------------
+def seq_model(path: Path) -> Path:
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "W")
+    return save(path, [helper.make_node("MatMul", ["x", "W"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 3])], [w])
+
+
+def test_f4_bench_and_profile_take_a_dim_the_profile_fixes(fake, tmp_path):
+    engine = build(fake, tmp_path, seq_model(tmp_path / "seq.onnx"), pins=["x:batchx8x4"])
+    with runner_module.TensorRTRunner(engine) as runner:
+        assert runner.inputs[0].shape == ("batch", 8, 4)
+    result = api.bench(engine, batch=[1, 3], runs=2, warmup_runs=0, warmup_seconds=0.0, min_seconds=0.0,
+                       max_seconds=0.5)
+    assert [p.batch for p in result.points] == [1, 3]
+    layers = api.profile(engine, batch=2, runs=2, warmup=0)
+    assert layers.layers
+
+
+def test_f4_a_dim_with_a_range_still_asks_for_a_size_within_it(fake, tmp_path):
+    engine = build(fake, tmp_path, seq_model(tmp_path / "seq.onnx"), pins=["x:1x1x4/4x12x4/16x32x4"], batch=None)
+    with runner_module.TensorRTRunner(engine) as runner:
+        assert runner.inputs[0].shape == ("batch", "x_dim1", 4)
+    with pytest.raises(UsageError) as info:
+        api.bench(engine, batch=[1], runs=2, warmup_runs=0, max_seconds=0.5)
+    assert "--input x:4x12x4 (its profile takes 1x1x4 .. 16x32x4)" in info.value.hint
 
 
 # -- F7: FP8 and 4-bit outputs reach numpy --------------------------------------------------------
