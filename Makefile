@@ -81,8 +81,11 @@ lock: $(UV)
 check-latest:
 	rm -rf .venv-latest
 	$(PYTHON) -m venv .venv-latest
-	.venv-latest/bin/pip install -q "torch==2.13.0" $(TORCH_INDEX)
-	.venv-latest/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[cpu,openvino,samples]" pytest
+	# torch stays at the lock's CPU build (a newer one from PyPI is a CUDA build of several GB): moving
+	# torch is a deliberate step (docs/install.md); everything else goes to the newest its range allows.
+	grep -E '^torch==' $(LOCK) | cut -d' ' -f1 > .venv-latest/torch.txt
+	.venv-latest/bin/pip install -q --upgrade --upgrade-strategy eager -c .venv-latest/torch.txt $(TORCH_INDEX) \
+		-e ".[cpu,openvino,samples]"
 	.venv-latest/bin/python .ci/check_latest.py --lock $(LOCK) --venv .venv-latest
 
 clean:

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lock", type=Path, required=True)
     ap.add_argument("--venv", type=Path, required=True)
+    ap.add_argument("--samples", type=Path, help="sample models already built (else built in this venv)")
     args = ap.parse_args(argv)
     bindir = (args.venv / "bin").resolve()
     freeze = subprocess.run([str(bindir / "python"), "-m", "pip", "freeze"], capture_output=True, text=True,
@@ -65,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="optcli-check-latest-"))
     log = work / "log.txt"
     optcli = str(bindir / "optcli")
-    samples = work / "samples"
-    steps = [
-        ("samples", [str(bindir / "python"), "-m", "sample_models.build_all", "--out", str(samples)]),
+    samples = args.samples.resolve() if args.samples else work / "samples"
+    steps = [] if args.samples else [
+        ("samples", [str(bindir / "python"), "-m", "sample_models.build_all", "--out", str(samples)])]
+    steps += [
         ("digits_cnn fp32", [optcli, "compile", str(samples / "digits_cnn.pt2"), "--out", str(work / "cnn")]),
         ("digits_cnn int8", [optcli, "compile", str(samples / "digits_cnn.pt2"), "--out", str(work / "cnn-int8"),
                              "--int8", "--calib", "calibration/digits_cnn/calib",
@@ -99,6 +101,10 @@ def _shipped_precision(work: Path, step: str) -> str | None:
         final = json.loads((work / folder / "report.json").read_text()).get("final") or {}
     except (OSError, ValueError):
         return None
+    stages = {s.get("name"): s for s in json.loads((work / folder / "report.json").read_text()).get("stages", [])}
+    export = stages.get("export") or {}
+    if export.get("status") != "ok" or not str(export.get("artifact", "")).endswith(".onnx"):
+        return None  # a run that went on without ONNX hides a broken exporter (issue 28)
     precision = final.get("precision")
     if step.endswith("int8") and precision != "int8":
         return None
