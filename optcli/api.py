@@ -256,13 +256,9 @@ def serve(artifact: str | Path, **options: Any) -> Any:
     optcli's runner, with Triton's dynamic batcher; returns the started TritonServer once the model
     is ready (`urls`, `statistics()`, `stop()`; a context manager). `options` are ServeOptions
     fields (name, host, http_port, grpc_port, metrics_port, max_batch_size, max_queue_delay_us,
-    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose).
+    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose, max_request_bytes,
+    max_restarts).
     """
-    from optcli.errors import UsageError
-    from optcli.serve import ServeOptions, TritonServer
+    from optcli.serve.server import start_server
 
-    known = set(ServeOptions.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UsageError(f"unknown serve option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
-    return TritonServer(artifact, ServeOptions(**options)).start()
+    return start_server(artifact, **options)

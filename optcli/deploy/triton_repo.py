@@ -108,7 +108,8 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     with `options.backend == "python"`, for Triton's Python backend running optcli's runner."""
     options = options or TritonOptions()
     python = _python_target(options)
-    model = (python_backend_model(source, threads=options.intra_op_threads, command=command) if python
+    model = (python_backend_model(source, threads=options.intra_op_threads, command=command,
+                                  max_request_bytes=options.max_request_bytes) if python
              else resolve_source(source))
     repo = Path(repo)
     model_name = sanitize_model_name(name if name else model.default_name)
