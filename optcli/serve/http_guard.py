@@ -111,6 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         match = _INFER.match(self.path)
         model = self.guard.model
+        if match and model is None:  # nothing to check against yet: never pass a request on unchecked
+            return self._refuse(503, "the model is not ready yet")
         if match and model is not None:
             if match.group(1) != model.name:
                 return self._refuse(404, f"Request for unknown model: '{match.group(1)}' is not found")
