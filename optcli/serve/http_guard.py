@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
 import re
 import secrets
 import socket
@@ -45,6 +46,7 @@ class HttpGuard:
         self.key = secrets.token_hex(16)
         self.model: ModelShapes | None = None   # set once the model is loaded (its config comes from Triton)
         self.refused = 0
+        self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(maxsize=64)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -63,6 +65,22 @@ class HttpGuard:
                 raise OSError(f"GET {path}: HTTP {response.status}")
             return json.loads(body)
         finally:
+            conn.close()
+
+    def connection(self, fresh: bool = False) -> http.client.HTTPConnection:
+        """A kept-alive connection to Triton from the pool (a client's every connection is a new handler
+        thread here: a connection per thread would open one to Triton per client connection)."""
+        if not fresh:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+        return http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=UPSTREAM_TIMEOUT_S)
+
+    def give_back(self, conn: http.client.HTTPConnection) -> None:
+        try:
+            self._idle.put_nowait(conn)
+        except queue.Full:
             conn.close()
 
     def start(self) -> None:
@@ -86,12 +104,13 @@ class HttpGuard:
         if server is not None:
             server.shutdown()
             server.server_close()
+        while not self._idle.empty():
+            self._idle.get_nowait().close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     guard: HttpGuard
-    _local = threading.local()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # Triton keeps the server log; a line per request here would only be noise
@@ -176,28 +195,22 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _upstream(self, fresh: bool = False) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or fresh:
-            if conn is not None:
-                conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", self.guard.upstream_port, timeout=UPSTREAM_TIMEOUT_S)
-            self._local.conn = conn
-        return conn
-
     def _forward(self, body: bytes | None) -> None:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         headers[KEY_HEADER] = self.guard.key
         for attempt in (0, 1):  # a kept-alive connection Triton closed (or a restarted server): once more
-            conn = self._upstream(fresh=attempt > 0)
+            conn = self.guard.connection(fresh=attempt > 0)
             try:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
+                if response.will_close:
+                    conn.close()
+                else:
+                    self.guard.give_back(conn)
                 break
             except (OSError, http.client.HTTPException):
                 conn.close()
-                self._local.conn = None
         else:
             self._send(503, [("Content-Type", "application/json")],
                        json.dumps({"error": "the server is not reachable (restarting?)"}).encode())

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ class TritonServer:
         self._launch(*self._launch_args)
         self._wait_ready()
 
-    def watch(self, on_event: Any = None) -> None:
+    def watch(self, on_event: Callable[[str], None] | None = None) -> None:
         """Serve until stop(): restart the server when it exits or its model's backend stub dies, at most
         `max_restarts` times within supervise.RESTART_WINDOW_S (ServeError past that). `on_event(text)`
         hears each restart and why."""
