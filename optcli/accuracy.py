@@ -12,6 +12,39 @@ import numpy as np
 NUMERIC_ZERO = 1e-30
 
 
+# float32's resolution: one unit in the last place at magnitude 1, and the smallest normal value. Below
+# the latter, float32 keeps fewer mantissa bits the smaller the value (subnormals), and runtimes differ
+# in flushing them to zero: two correct computations of an output that small differ by up to about it.
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def within_float32_resolution(entry: dict[str, Any]) -> bool:
+    """An output (an entry of compare_outputs' `outputs`) whose largest error is below what float32 can
+    tell apart at the output's own scale: one ulp of its largest magnitude, or the smallest normal float32,
+    whichever is larger. Such outputs are equal as float32 computes them, whatever their cosine says
+    (a MobileViT's logits, all subnormal: max abs error 3.16e-42)."""
+    return bool(entry["finite"]) and entry["max_abs_err"] <= max(FLOAT32_EPS * entry["scale"], FLOAT32_TINY)
+
+
+def float32_mismatch(summary: dict[str, Any], cosine: float, max_abs_rel: float) -> str | None:
+    """Why outputs differ beyond float32 rounding, judged per output at its own scale, or None: an output
+    within float32 resolution is equal; any other needs a cosine of at least `cosine` and a max abs error of
+    at most `max_abs_rel` x its largest magnitude (x 1 for an output that is all zeros). For the export
+    check: the ONNX must compute what PyTorch computes."""
+    for name, e in summary["outputs"].items():
+        if within_float32_resolution(e):
+            continue
+        bound = max_abs_rel * (e["scale"] if e["scale"] > 0 else 1.0)
+        if not e["finite"]:
+            return f"output {name!r} has NaN or Inf where PyTorch has none"
+        # The cosine of an all-zero reference says nothing (0 against any noise): the bound alone judges it.
+        if (e["scale"] > 0 and e["cosine_min"] < cosine) or e["max_abs_err"] > bound:
+            return (f"output {name!r}: max abs err {e['max_abs_err']:.3g} (scale {e['scale']:.3g}), "
+                    f"cosine {e['cosine_min']:.6f}")
+    return None
+
+
 def _cosines(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     """Cosine similarity per sample (rows of dim 0); a scalar output counts as one sample."""
     r = ref.reshape(ref.shape[0], -1) if ref.ndim > 1 else ref.reshape(1, -1)

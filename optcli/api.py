@@ -67,7 +67,8 @@ def _error_from_report(err: dict[str, Any]) -> OptcliError:
 
 
 def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str | None = None,
-                  version: int | None = None, force: bool = False, max_batch_size: int | None = None,
+                  version: int | None = None, force: bool = False, replace: bool = False,
+                  max_batch_size: int | None = None,
                   dynamic_batching: bool | str | None = None, preferred_batch_sizes: list[int] | None = None,
                   max_queue_delay_us: int | None = None, preserve_ordering: bool = False, instances: int = 1,
                   kind: str | None = None, graph_level: str | None = None, intra_op_threads: int | None = None,
@@ -79,6 +80,7 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
     `dynamic_batching` is True/False or the CLI's text (`preferred=8,16,32`); None turns it on when the
     model batches. `inputs` are `NAME:SHAPE` pins that size warm-up and perf_analyzer shapes.
     `backend="python"` writes a Python-backend model (model.py) that runs the artifact with optcli's runner.
+    Versions of a different model already under `name` are refused unless `replace` (which removes them).
     Returns an optcli.deploy.TritonExport; raises UsageError (exit code 2) for impossible settings.
     """
     from optcli.deploy import TritonOptions, parse_dynamic_batching
@@ -95,7 +97,7 @@ def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str
                             preserve_ordering=preserve_ordering, instances=instances, kind=kind, backend=backend,
                             graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
                             warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
-    return write_repository(source, repo, options, name=name, version=version, force=force)
+    return write_repository(source, repo, options, name=name, version=version, force=force, replace=replace)
 
 
 def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
@@ -256,13 +258,9 @@ def serve(artifact: str | Path, **options: Any) -> Any:
     optcli's runner, with Triton's dynamic batcher; returns the started TritonServer once the model
     is ready (`urls`, `statistics()`, `stop()`; a context manager). `options` are ServeOptions
     fields (name, host, http_port, grpc_port, metrics_port, max_batch_size, max_queue_delay_us,
-    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose).
+    preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose, max_request_bytes,
+    max_restarts).
     """
-    from optcli.errors import UsageError
-    from optcli.serve import ServeOptions, TritonServer
+    from optcli.serve.server import start_server
 
-    known = set(ServeOptions.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UsageError(f"unknown serve option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
-    return TritonServer(artifact, ServeOptions(**options)).start()
+    return start_server(artifact, **options)

@@ -53,9 +53,10 @@ def bucket_options(value: Any) -> BucketOptions:
 
 def row_extents(mask: np.ndarray) -> np.ndarray:
     """Per row of a batch x sequence mask (non-zero = token): the position after its last token, as the
-    unpad rewrite reads it; a row of padding only counts as 1."""
+    unpad rewrite reads it; a row of padding only counts as the full length (the rewrite computes its
+    batch at full length: only there are its outputs the original's)."""
     valid = np.asarray(mask) != 0
-    return np.where(valid.any(1), valid.shape[1] - np.argmax(valid[:, ::-1], axis=1), 1)
+    return np.where(valid.any(1), valid.shape[1] - np.argmax(valid[:, ::-1], axis=1), valid.shape[1])
 
 
 def group_rows(mask: np.ndarray, options: BucketOptions) -> list[np.ndarray]:

@@ -165,7 +165,8 @@ def with_batch(specs: list[TensorSpec], batch: Dim) -> list[TensorSpec]:
 
 
 def format_shape(shape: tuple[Dim, ...] | list[Dim]) -> str:
-    return "x".join(str(d) for d in shape)
+    """`1x3x224x224`; a scalar's empty shape is `()`, so a message never reads "has shape , ..."."""
+    return "x".join(str(d) for d in shape) if len(shape) else "()"
 
 
 def memory_bytes() -> int:

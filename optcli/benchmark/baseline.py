@@ -9,6 +9,7 @@ between identical runs on a shared machine.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -40,23 +41,87 @@ def save_baseline(result: BenchResult, path: Path) -> None:
     write_text_atomic(Path(path), json.dumps(result.to_json(), indent=2) + "\n")
 
 
+# A baseline is `optcli bench --json` output: a few KB. Anything far larger is not one, and reading it
+# (or a FIFO, or /dev/zero) whole would be the first harm it does.
+MAX_BASELINE_BYTES = 16 * 1024 * 1024
+_LATENCY_FIELDS = ("p50", "p90", "p99", "mean", "min", "max", "std")
+
+
 def load_baseline(path: Path) -> BenchResult:
+    """Read and check a baseline file; every way it can be wrong is a UsageError (exit 2) naming it."""
     path = Path(path)
+    hint = "re-create it with `optcli bench ARTIFACT --save-baseline FILE`"
+    if not path.exists():
+        raise UsageError(f"baseline not found: {path}", hint="create one with `optcli bench ARTIFACT --save-baseline FILE`")
+    if not path.is_file():
+        raise UsageError(f"baseline {path} is not a regular file", hint=hint)
     try:
+        size = path.stat().st_size
+        if size > MAX_BASELINE_BYTES:
+            raise UsageError(f"baseline {path} is {size} bytes, not an optcli bench baseline (those are a few KB; "
+                             f"the limit is {MAX_BASELINE_BYTES // 2**20} MiB)", hint=hint)
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"baseline not found: {path}", hint="create one with `optcli bench ARTIFACT --save-baseline FILE`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"baseline {path} is not readable JSON: {exc}",
-                         hint="re-create it with --save-baseline") from None
+    except RecursionError:  # json nests by recursion: `[[[[...` thousands deep
+        raise UsageError(f"baseline {path} is nested too deeply to be a bench baseline", hint=hint) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise UsageError(f"baseline {path} is not readable JSON: {exc}", hint=hint) from None
     if not isinstance(data, dict) or data.get("kind") != "optcli-bench" or not data.get("points"):
         raise UsageError(f"{path} is not an optcli bench baseline (no points)",
                          hint="create one with `optcli bench ARTIFACT --save-baseline FILE`")
-    try:
-        return BenchResult.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"baseline {path} is malformed ({type(exc).__name__}: {exc})",
-                         hint="re-create it with --save-baseline") from None
+    problem = _malformed(data)
+    if problem:
+        raise UsageError(f"baseline {path} is malformed: {problem}", hint=hint)
+    return BenchResult.from_json(data)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
+
+
+def _malformed(data: dict[str, Any]) -> str | None:
+    """What is wrong with a parsed baseline, or None. Every value the comparison reads is checked for
+    type and range: a p50 or throughput that is NaN, zero or negative would turn the gate off."""
+    for key in ("artifact", "settings", "inputs", "environment"):
+        if not isinstance(data.get(key, {}), dict):
+            return f"{key!r} is not an object"
+    if not isinstance(data.get("runtime", "?"), str):
+        return "'runtime' is not a string"
+    if not isinstance(data.get("warnings", []), list):
+        return "'warnings' is not a list"
+    if not isinstance(data["points"], list):
+        return "'points' is not a list"
+    for i, p in enumerate(data["points"]):
+        where = f"point {i}"
+        if not isinstance(p, dict):
+            return f"{where} is not an object"
+        for key in ("batch", "concurrency"):
+            if not _count(p.get(key)):
+                return f"{where}: {key} {p.get(key)!r} is not a positive integer"
+        lat = p.get("latency_ms")
+        if not isinstance(lat, dict):
+            return f"{where}: latency_ms is not an object"
+        for key in _LATENCY_FIELDS:
+            if not _number(lat.get(key)) or lat[key] < 0:
+                return f"{where}: latency_ms.{key} {lat.get(key)!r} is not a finite number >= 0"
+        if lat["p50"] <= 0:
+            return f"{where}: latency_ms.p50 {lat['p50']!r} is not positive (no regression could be measured against it)"
+        if not _count(lat.get("runs")) or not _count(lat.get("batch")) or not isinstance(lat.get("runtime"), str):
+            return f"{where}: latency_ms needs runs and batch (positive integers) and runtime (a string)"
+        if not isinstance(lat.get("settings", {}), dict):
+            return f"{where}: latency_ms.settings is not an object"
+        if not _number(p.get("throughput")) or p["throughput"] <= 0:
+            return f"{where}: throughput {p.get('throughput')!r} is not a positive number"
+        ci = p.get("p50_ci95_ms")
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_number(v) for v in ci)):
+            return f"{where}: p50_ci95_ms {ci!r} is not two numbers"
+        for key in ("device_ms", "batches"):
+            if not isinstance(p.get(key), (dict, type(None))):
+                return f"{where}: {key} is not an object"
+    return None
 
 
 def _points_text(result: BenchResult) -> str:

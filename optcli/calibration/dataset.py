@@ -47,15 +47,17 @@ class SampleSet:
         return h.hexdigest()
 
 
-def _check_sample(sample: dict[str, np.ndarray], specs: list[TensorSpec], index: int, folder: Path) -> dict[str, np.ndarray]:
+def _check_sample(sample: dict[str, np.ndarray], specs: list[TensorSpec], index: int, folder: Path,
+                  what: str = "calibration") -> dict[str, np.ndarray]:
     names = {s.name for s in specs}
     given = set(sample) - {LABELS_KEY}
     missing, extra = sorted(names - given), sorted(given - names)
+    where = f"{what} sample {index} in {folder}"  # evaluation data is not calibration data (issue 30)
     if missing:
-        raise UsageError(f"calibration sample {index} in {folder} lacks input {missing[0]!r}",
+        raise UsageError(f"{where} lacks input {missing[0]!r}",
                          hint=f"keys must be the model's input names: {', '.join(sorted(names))}")
     if extra:
-        raise UsageError(f"calibration sample {index} in {folder} has key {extra[0]!r}, which is not a model input",
+        raise UsageError(f"{where} has key {extra[0]!r}, which is not a model input",
                          hint=f"the model's inputs are: {', '.join(sorted(names))} (plus optional {LABELS_KEY!r})")
     out = {}
     for spec in specs:
@@ -64,18 +66,23 @@ def _check_sample(sample: dict[str, np.ndarray], specs: list[TensorSpec], index:
         if arr.ndim == rank and arr.shape[0] == 1:
             arr = arr[0]  # a leading batch dim of 1 is accepted
         if arr.ndim != rank - 1 or any(isinstance(d, int) and d != a for d, a in zip(spec.shape[1:], arr.shape)):
-            raise UsageError(f"calibration sample {index} in {folder}: input {spec.name!r} has shape "
-                             f"{format_shape(arr.shape)}, the model takes {format_shape(spec.shape)} (a sample has no batch dim)",
-                             hint="resize or re-save the data to the model's input shape")
+            sample_shape = format_shape(spec.shape[1:])
+            hint = "resize or re-save the data to the model's input shape"
+            if arr.ndim == rank - 2:  # one dim short: an .npz array saved as one sample, without the batch dim
+                hint = (f"an .npz holds a batch (the npz reader splits each array along dim 0): save one sample "
+                        f"of {spec.name!r} with shape 1x{sample_shape} (x[None]), N samples as Nx{sample_shape}")
+            raise UsageError(f"{where}: input {spec.name!r} has shape {format_shape(arr.shape)}, the model takes "
+                             f"{format_shape(spec.shape)}, so each sample {sample_shape}", hint=hint)
         want = np.dtype(DTYPES[spec.dtype])
         if arr.dtype != want:
             if arr.dtype.kind != want.kind and not (arr.dtype.kind in "iu" and want.kind in "iu"):
-                raise UsageError(f"calibration sample {index} in {folder}: input {spec.name!r} is {arr.dtype}, "
+                raise UsageError(f"{where}: input {spec.name!r} is {arr.dtype}, "
                                  f"the model takes {want}", hint=f"save it as {want}")
             arr = arr.astype(want)
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise UsageError(f"calibration sample {index} in {folder}: input {spec.name!r} has NaN or Inf values",
-                             hint="clean the data; calibration ranges would be meaningless")
+            raise UsageError(f"{where}: input {spec.name!r} has NaN or Inf values",
+                             hint="clean the data; " + ("calibration ranges" if what == "calibration" else
+                                                        "figures measured on it") + " would be meaningless")
         out[spec.name] = arr
     if LABELS_KEY in sample:
         out[LABELS_KEY] = np.asarray(sample[LABELS_KEY])
@@ -100,7 +107,7 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
             if not isinstance(sample, dict):
                 raise UsageError(f"reader {how} yielded a {type(sample).__name__}, not a dict of arrays",
                                  hint="a reader yields dict[input name -> numpy array]")
-            rows.append(_check_sample(sample, specs, i, folder))
+            rows.append(_check_sample(sample, specs, i, folder, what))
             if limit is not None and len(rows) >= limit:
                 break
     except ReaderError as exc:

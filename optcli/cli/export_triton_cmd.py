@@ -22,6 +22,9 @@ _GRAPH_LEVELS = ["all", "extended", "basic", "disabled"]
 @click.option("--name", help="Model name in the repository [the model's file name]; sanitised to [A-Za-z0-9_.-].")
 @click.option("--version", "version", type=int, help="Version folder number [next free number].")
 @click.option("--force", is_flag=True, help="Replace an existing version folder.")
+@click.option("--replace", is_flag=True,
+              help="Versions of a different model under this name (other tensors or platform) are removed; "
+                   "without it such an export is refused (config.pbtxt is shared by all versions).")
 @click.option("--max-batch-size", type=int,
               help="Largest batch Triton forms; 0 turns batching off. [engine: its profile max; ONNX with a "
                    "dynamic batch: 8; otherwise 0]")
@@ -47,7 +50,7 @@ _GRAPH_LEVELS = ["all", "extended", "basic", "disabled"]
               help="Concrete shape for an input with dynamic dims (sizes warm-up and perf_analyzer --shape), "
                    "e.g. input_ids:1x128.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
-def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | None, force: bool,
+def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | None, force: bool, replace: bool,
                       max_batch_size: int | None, dynamic_batching: str | None, max_queue_delay_us: int | None,
                       preserve_ordering: bool, instances: int, backend: str | None, kind: str | None,
                       graph_level: str | None,
@@ -59,7 +62,7 @@ def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | 
     the tritonserver and perf_analyzer commands."""
     from optcli import api
 
-    result = api.export_triton(source, repo, name=name, version=version, force=force,
+    result = api.export_triton(source, repo, name=name, version=version, force=force, replace=replace,
                                max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
                                max_queue_delay_us=max_queue_delay_us, preserve_ordering=preserve_ordering,
                                instances=instances, backend=backend, kind=kind, graph_level=graph_level,

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from optcli.cli import signals
+from optcli.library_logs import root_logger_captured
 from optcli.optional_imports import own_process
 from optcli.version import __version__
 from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
@@ -80,7 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     previous_handlers = signals.install()  # Ctrl-C and SIGTERM end a run like an error, never mid-import
     own_process()  # imports may leave out what this run does not need (optional_imports.py)
     try:
-        code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
+        # A library's logging.warning() would print to stderr ("WARNING:root:..."): kept off, --debug shows it.
+        with root_logger_captured():
+            code = cli.main(args=args, prog_name="optcli", standalone_mode=False)
     except OptcliError as exc:
         if debug:
             raise

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +70,27 @@ def _ready_text(server: Any) -> str:
               help="Concrete shape for an input with dynamic dims (sizes the warm-up), e.g. input_ids:1x128.")
 @click.option("--startup-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Seconds to wait for the model to be ready.")
+@click.option("--max-request-mib", type=click.FloatRange(min=0, min_open=True), default=64.0, show_default=True,
+              help="Largest request: the bytes its input shapes claim, checked before anything is allocated.")
+@click.option("--max-restarts", type=click.IntRange(0), default=5, show_default=True,
+              help="Restarts of a server that died, within 10 minutes, before optcli serve gives up (exit 1).")
 @click.option("--verbose", is_flag=True, help="Show the server's own log on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ready line as one JSON object.")
 def serve_cmd(artifact: str, preferred_batch_sizes: str | None, inputs: tuple[str, ...], startup_timeout: float,
-              as_json: bool, **options: Any) -> None:
+              as_json: bool, max_request_mib: float, **options: Any) -> None:
     """Serve ARTIFACT (a run's report.json or folder, .onnx, OpenVINO .xml, .engine) with a real Triton
     Inference Server on this machine (the `serve` extra ships it), over HTTP and gRPC, with Triton's
     dynamic batcher; runs until Ctrl-C or SIGTERM. See docs/serve.md."""
     from optcli import api
-    from optcli.errors import ServeError
 
     click.echo(f"starting Triton for {artifact} ...", err=True)
     server = api.serve(Path(artifact), preferred_batch_sizes=int_list(preferred_batch_sizes, "--preferred-batch-sizes")
                        if preferred_batch_sizes else [], inputs=list(inputs), startup_timeout_s=startup_timeout,
-                       **options)
+                       max_request_bytes=int(max_request_mib * 2**20), **options)
     try:
+        if server.cleaned:
+            click.echo(f"removed what an earlier optcli serve left (its processes are gone): "
+                       f"{', '.join(server.cleaned)}", err=True)
         if as_json:
             click.echo(json.dumps({"ready": True, "name": server.name, "triton_version": server.version,
                                    "pid": server.process.pid if server.process else None,
@@ -95,11 +100,10 @@ def serve_cmd(artifact: str, preferred_batch_sizes: str | None, inputs: tuple[st
             click.echo(_ready_text(server))
         for note in server.export.notes:
             click.secho(f"note: {note}", fg="yellow", err=True)
-        while server.poll() is None:
-            time.sleep(0.5)
-        raise ServeError(f"the server stopped on its own (exit code {server.poll()})",
-                         hint="rerun with --verbose to see the server's log")
+        server.watch(on_event=lambda text: click.secho(f"warning: {text}", fg="yellow", err=True))
     finally:
-        if server.poll() is None:
-            click.echo("stopping the server (requests in flight finish first) ...", err=True)
-        server.stop()
+        try:
+            if server.poll() is None:
+                click.echo("stopping the server (requests in flight finish first) ...", err=True)
+        finally:  # even when stderr is gone (a closed pipe): the server and its files must not outlive us
+            server.stop()

@@ -1,4 +1,5 @@
-"""Render protobuf text format (Triton's config.pbtxt) from plain Python values, without protobuf.
+"""Render protobuf text format (Triton's config.pbtxt) from plain Python values, without protobuf, and
+read one back (parse) to compare an existing config with a new one.
 
 The product code must not depend on tritonclient (a test-only dependency), so the config is built as
 nested dicts and rendered here; tests parse the output back into Triton's own ModelConfig message.
@@ -11,6 +12,7 @@ str -> a quoted, escaped string; bool -> true/false; int -> decimal. `Comment` v
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -101,3 +103,117 @@ def _message_lines(message: dict[str, Any], depth: int) -> list[str]:
 def render(message: dict[str, Any]) -> str:
     """The whole message as protobuf text format, ending with a newline."""
     return "\n".join(_message_lines(message, 0)) + "\n"
+
+
+# -- reading one back --------------------------------------------------------------------------------
+# Only to compare what an existing config.pbtxt declares with what an export would write
+# (triton_repo.py): the tensors and the platform. Tokens of protobuf text format: comments, strings,
+# punctuation, and bare words (identifiers, numbers, enum values).
+_TOKEN = re.compile(r'\s*(?:#[^\n]*|("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|([{}\[\]:,;<>])|([A-Za-z0-9_.+\-]+))')
+MAX_PARSE_DEPTH = 32
+
+
+def parse(text: str) -> dict[str, list[Any]]:
+    """Protobuf text format -> {field: [values]} (every field as a list, as repeated ones are); messages
+    are such dicts, numbers ints or floats, strings and enum words str. ValueError when it is not."""
+    fields, _ = _parse_fields(_tokens(text), 0, None, 0)
+    return fields
+
+
+def _tokens(text: str) -> list[str]:
+    out: list[str] = []
+    pos = 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise ValueError(f"unexpected text at offset {pos}: {text[pos:pos + 20]!r}")
+        pos = match.end()
+        token = match.group(1) or match.group(2) or match.group(3)
+        if token:
+            out.append(token)
+    return out
+
+
+def _parse_fields(tokens: list[str], pos: int, closer: str | None, depth: int) -> tuple[dict[str, list[Any]], int]:
+    if depth > MAX_PARSE_DEPTH:
+        raise ValueError("messages nested too deeply")
+    fields: dict[str, list[Any]] = {}
+    while pos < len(tokens):
+        token = tokens[pos]
+        if token == closer:
+            return fields, pos + 1
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token):
+            raise ValueError(f"expected a field name, got {token!r}")
+        pos += 1
+        if pos < len(tokens) and tokens[pos] == ":":
+            pos += 1
+        value, pos = _parse_value(tokens, pos, depth)
+        fields.setdefault(token, []).extend(value if isinstance(value, _Repeated) else [value])
+        if pos < len(tokens) and tokens[pos] in (",", ";"):
+            pos += 1
+    if closer is not None:
+        raise ValueError(f"missing {closer!r}")
+    return fields, pos
+
+
+class _Repeated(list):
+    """The values of a `[ ... ]` list: they extend the field rather than being one value."""
+
+
+def _parse_value(tokens: list[str], pos: int, depth: int) -> tuple[Any, int]:
+    if pos >= len(tokens):
+        raise ValueError("a field without a value")
+    token = tokens[pos]
+    if token in ("{", "<"):
+        return _parse_fields(tokens, pos + 1, "}" if token == "{" else ">", depth + 1)
+    if token == "[":
+        values = _Repeated()
+        pos += 1
+        while pos < len(tokens) and tokens[pos] != "]":
+            value, pos = _parse_value(tokens, pos, depth + 1)
+            values.append(value)
+            if pos < len(tokens) and tokens[pos] == ",":
+                pos += 1
+        if pos >= len(tokens):
+            raise ValueError("missing ']'")
+        return values, pos + 1
+    if token in ("}", ">", "]", ":", ",", ";"):
+        raise ValueError(f"unexpected {token!r}")
+    return _scalar_value(token), pos + 1
+
+
+def _scalar_value(token: str) -> Any:
+    if token[0] in "\"'":
+        return _unquote(token[1:-1])
+    for kind in (int, float):
+        try:
+            return kind(token)
+        except ValueError:
+            pass
+    return token
+
+
+def _unquote(body: str) -> str:
+    """Text-format escapes back to the UTF-8 text quote() wrote (octal bytes included)."""
+    out = bytearray()
+    i = 0
+    simple = {"n": 10, "t": 9, "r": 13, '"': 34, "'": 39, "\\": 92}
+    raw = body.encode("utf-8")
+    while i < len(raw):
+        ch = raw[i]
+        if ch == 92 and i + 1 < len(raw):
+            nxt = chr(raw[i + 1])
+            if nxt in simple:
+                out.append(simple[nxt])
+                i += 2
+                continue
+            octal = re.match(rb"[0-7]{1,3}", raw[i + 1:i + 4])
+            if octal:
+                out.append(int(octal.group(0), 8) & 0xFF)
+                i += 1 + len(octal.group(0))
+                continue
+        out.append(ch)
+        i += 1
+    return out.decode("utf-8", errors="replace")

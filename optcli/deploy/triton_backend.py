@@ -74,6 +74,8 @@ class TritonOptions:
     warmup: bool = True
     backend: str | None = None                    # "python": Triton's Python backend runs optcli's runner
     inputs: list[TensorSpec] = field(default_factory=list)  # concrete shapes for warm-up and perf_analyzer
+    # Python backend: a request whose inputs take more bytes is refused before the model runs on it.
+    max_request_bytes: int = 64 * 2**20
 
 
 

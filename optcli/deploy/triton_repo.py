@@ -3,20 +3,22 @@ file>` and a README.md with the commands to serve and measure it.
 
 Safety rules: the model name is sanitised to what works as a folder and in Triton's URLs
 (`/v2/models/<name>`); a name with a path separator, or a folder that resolves outside `--repo`
-(a symlink), is refused; an existing version is only replaced with `force`; every file and the
-version folder are written atomically, so an interrupted export never leaves a half-written model
-that Triton would try to load.
+(a symlink), is refused; an existing version is only replaced with `force`; versions of a different
+model under the same name (config.pbtxt, shared by all versions, would no longer match them) are only
+removed with `replace`; every file and the version folder are written atomically, so an interrupted
+export never leaves a half-written model that Triton would try to load.
 """
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from optcli.version import __version__
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
-from optcli.deploy.pbtxt import render
+from optcli.deploy.pbtxt import parse, render
 from optcli.deploy.triton_backend import piece_of
 from optcli.deploy.triton_config import ResolvedConfig, TritonOptions, build_config
 from optcli.deploy.triton_python import python_backend_model
@@ -101,14 +103,69 @@ def _python_target(options: TritonOptions) -> bool:
     return options.backend == BACKEND_PYTHON
 
 
+def _first(fields: dict[str, list[Any]], key: str, default: Any = None) -> Any:
+    values = fields.get(key) or [default]
+    return values[0]
+
+
+def served_signature(config_text: str) -> dict[str, Any]:
+    """What a model version must match to be served by a config: its platform (or backend) and each
+    tensor's name, data type and full shape (the batch dim included where the config batches, so a
+    change of max_batch_size alone keeps the same signature). ValueError if the text is not a config."""
+    cfg = parse(config_text)
+    batch = [-1] if int(_first(cfg, "max_batch_size", 0) or 0) > 0 else []
+    tensors = {}
+    for kind in ("input", "output"):
+        entries = []
+        for t in cfg.get(kind, []):
+            if not isinstance(t, dict):
+                raise ValueError(f"{kind} is not a message")
+            entries.append((str(_first(t, "name", "")), str(_first(t, "data_type", "TYPE_INVALID")),
+                            tuple(batch + [int(d) for d in t.get("dims", [])])))
+        tensors[kind] = sorted(entries)
+    return {"platform": _first(cfg, "platform") or _first(cfg, "backend"), **tensors}
+
+
+def _signature_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs between two signatures, in words (the first difference)."""
+    if old["platform"] != new["platform"]:
+        return f"its platform is {old['platform']}, this one's {new['platform']}"
+    for kind in ("input", "output"):
+        if old[kind] != new[kind]:
+            def text(entries: list[tuple[str, str, tuple[int, ...]]]) -> str:
+                return ", ".join(f"{n} {t.removeprefix('TYPE_')} {list(d)}" for n, t, d in entries)
+            return f"its {kind}s are {text(old[kind])}, this one's {text(new[kind])}"
+    return "they are the same"
+
+
+def _other_model(model_dir: Path, keep: list[int], config_text: str) -> str | None:
+    """Why the versions `keep` (already in model_dir) cannot share a config with `config_text`, or None."""
+    if not keep:
+        return None
+    existing = model_dir / "config.pbtxt"
+    if not existing.is_file():
+        return "it has no config.pbtxt to compare with"
+    try:
+        old = served_signature(existing.read_text(encoding="utf-8", errors="replace")[:1_000_000])
+    except (ValueError, TypeError, OverflowError) as exc:
+        return f"its config.pbtxt cannot be read ({exc})"
+    new = served_signature(config_text)
+    return None if old == new else _signature_change(old, new)
+
+
 def export_triton(source: str | Path, repo: str | Path, options: TritonOptions | None = None, *,
                   name: str | None = None, version: int | None = None, force: bool = False,
-                  command: str = "optcli export-triton") -> TritonExport:
+                  replace: bool = False, command: str = "optcli export-triton") -> TritonExport:
     """Write a ready Triton model repository entry for `source` (report.json, .onnx, OpenVINO .xml, .engine);
-    with `options.backend == "python"`, for Triton's Python backend running optcli's runner."""
+    with `options.backend == "python"`, for Triton's Python backend running optcli's runner.
+
+    config.pbtxt is shared by every version of a model: when versions already there are of a different
+    model (another platform, or other tensor names, types or shapes), the export is refused unless
+    `replace`, which removes them once the new version is in place."""
     options = options or TritonOptions()
     python = _python_target(options)
-    model = (python_backend_model(source, threads=options.intra_op_threads, command=command) if python
+    model = (python_backend_model(source, threads=options.intra_op_threads, command=command,
+                                  max_request_bytes=options.max_request_bytes) if python
              else resolve_source(source))
     repo = Path(repo)
     model_name = sanitize_model_name(name if name else model.default_name)
@@ -139,7 +196,17 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
                          f"{(versions[-1] + 1) if versions else version + 1}")
     if version_dir.is_symlink() or (replaced and not _inside(version_dir, repo)):
         raise UsageError(f"{version_dir} resolves outside --repo {repo}", hint="remove the link first")
-    if versions and version < versions[-1]:
+    others = [v for v in versions if v != version]
+    conflict = _other_model(model_dir, others, config_text)
+    if conflict and not replace:
+        listed = ", ".join(str(v) for v in others)
+        raise UsageError(f"{model_dir} holds version(s) {listed} of a different model: {conflict}; config.pbtxt is "
+                         "shared by all versions, so writing this one's would leave them unservable",
+                         hint="pass --replace to remove those versions and serve this model instead, or pick "
+                              "another --name")
+    if conflict:
+        notes.append(f"replaced the model: removed version(s) {', '.join(str(v) for v in others)} ({conflict})")
+    elif versions and version < versions[-1]:
         notes.append(f"version {version} is older than version {versions[-1]}: Triton serves the newest version by "
                      "default, and config.pbtxt (shared by all versions) now describes this one")
 
@@ -152,6 +219,11 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     write_text_atomic(config_path, config_text)
     readme_path = model_dir / "README.md"
     write_text_atomic(readme_path, readme_text(model, resolved, model_name, version, repo, options, notes))
+    if conflict:  # after the new version and its config are in place: the folder is never without a model
+        for old in others:
+            old_dir = model_dir / str(old)
+            if old_dir.is_dir() and not old_dir.is_symlink() and _inside(old_dir, repo):
+                shutil.rmtree(old_dir)
     return TritonExport(name=model_name, version=version, repo=repo, model_dir=model_dir, config_path=config_path,
                         model_path=model_path, readme_path=readme_path, platform=model.platform,
                         max_batch_size=resolved.max_batch_size, kind=resolved.kind, instances=options.instances,

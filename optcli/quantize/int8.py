@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.errors import StageError
+from optcli.library_logs import captured_logs, root_logger_captured
 from optcli.onnx_model import (copy_external_data, external_data_files, graph_view, is_large, load_onnx, save_onnx,
                                sort_topologically)
 from optcli.optional_imports import require
@@ -52,10 +53,10 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
     """Write the INT8 model for `flavour` to `dst`, keeping `exclude` nodes in float."""
     q = require("onnxruntime.quantization", "INT8 quantization")
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # quantize_static warns on root
     try:
         large = is_large(src)  # the INT8 model is ~4x smaller, but ORT builds it before it knows
-        with contextlib.redirect_stdout(io.StringIO()):
+        # quantize_static warns through the root logger (logging.warning): captured, kept for --debug.
+        with contextlib.redirect_stdout(io.StringIO()), captured_logs("onnxruntime"), root_logger_captured():
             if flavour.static:
                 q.quantize_static(
                     str(src), str(dst), calibration_data_reader=None, quant_format=q.QuantFormat.QDQ,

@@ -1,19 +1,21 @@
 """One Triton Inference Server process serving one optcli artifact: the repository written into a
 private folder (export-triton's Python-backend target), the bundled `tritonserver` started on it,
 ready when Triton says so, stopped gracefully (SIGTERM: Triton finishes in-flight requests), and
-killed with its backend stubs if it does not stop in time. The folder is removed on stop.
+killed with its backend stubs if it does not stop in time. The folder and the server's shared-memory
+regions are removed on stop, and what a dead earlier server left is removed on start (leftovers.py).
+HTTP reaches Triton through a checking proxy (http_guard.py); `watch()` restarts a server that died
+(supervise.py).
 """
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,10 @@ from typing import Any
 from optcli.errors import OptcliError, ServeError, UsageError
 from optcli.serve.bundled_triton import find_bundled_triton
 from optcli.serve.health import batch_sizes, check_port_free, free_port, http_json, http_status
+from optcli.serve.http_guard import HttpGuard
+from optcli.serve.leftovers import Workdir, claim_workdir, remove_shm, sweep
+from optcli.serve.request_check import DEFAULT_MAX_REQUEST_BYTES, ModelShapes
+from optcli.serve.supervise import end_group, stub_pids, watch
 
 EXIT_TIMEOUT_S = 10       # Triton's own wait for in-flight requests on shutdown
 _FAILED_LOAD = re.compile(r"failed to load '[^']*' version \d+: (.*?)\"?$")
@@ -45,6 +51,8 @@ class ServeOptions:
     inputs: list[str] = field(default_factory=list)   # NAME:SHAPE pins that size the warm-up
     startup_timeout_s: float = 300.0
     verbose: bool = False                 # the server's log on stderr instead of a file
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES   # one request's inputs, checked before Triton sizes them
+    max_restarts: int = 5                 # watch(): restarts allowed within supervise.RESTART_WINDOW_S
 
 
 class TritonServer:
@@ -57,6 +65,12 @@ class TritonServer:
         self.workdir: Path | None = None
         self.export: Any = None
         self.version = "?"
+        self.cleaned: list[str] = []      # what start() removed of dead earlier servers
+        self.restarts = 0
+        self.guard: HttpGuard | None = None
+        self.stub_pids: list[int] = []    # the model's Python-backend stubs once ready (supervise.py)
+        self._owned: Workdir | None = None
+        self._launch_args: tuple[Path, Path, dict[str, str]] | None = None
         self._lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -75,16 +89,44 @@ class TritonServer:
             raise UsageError(f"the HTTP, gRPC and metrics ports must differ (got {sorted(ports.values())})",
                              hint="pass distinct --http-port, --grpc-port and --metrics-port")
         self.http_port, self.grpc_port, self.metrics_port = ports.values()
-        self.workdir = Path(tempfile.mkdtemp(prefix="optcli-serve-"))
+        if opts.max_request_bytes < 1:
+            raise UsageError(f"max_request_bytes {opts.max_request_bytes}: must be positive")
+        self.cleaned = sweep()
+        self._owned = claim_workdir()
+        self.workdir = self._owned.path
         try:
+            # The public HTTP port is the checking proxy's; Triton's own listens on a private loopback one.
+            self.guard = HttpGuard(opts.host, self.http_port, free_port("127.0.0.1"))
+            self.guard.start()
             self.export = self._write_repository()
             backends = triton.backend_dir(self.workdir)
-            self._launch(triton.binary, backends, triton.environment())
+            self._launch_args = (triton.binary, backends, triton.environment())
+            self._launch(*self._launch_args)
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def restart(self) -> None:
+        """Stop what is left of the server (its process group, its shared memory) and start it again on
+        the same repository and ports; returns once the model is ready."""
+        with self._lock:
+            process, self.process = self.process, None
+        if process is not None:
+            end_group(process, EXIT_TIMEOUT_S)
+        if self._owned is not None:
+            remove_shm(self._owned.shm_prefix)  # the dead server's regions: the new one makes its own
+        assert self._launch_args is not None
+        self.restarts += 1
+        self._launch(*self._launch_args)
+        self._wait_ready()
+
+    def watch(self, on_event: Callable[[str], None] | None = None) -> None:
+        """Serve until stop(): restart the server when it exits or its model's backend stub dies, at most
+        `max_restarts` times within supervise.RESTART_WINDOW_S (ServeError past that). `on_event(text)`
+        hears each restart and why."""
+        watch(self, on_event or (lambda text: None))
 
     def _write_repository(self) -> Any:
         from optcli.deploy import TritonOptions, export_triton
@@ -99,45 +141,53 @@ class TritonServer:
             preferred_batch_sizes=list(opts.preferred_batch_sizes), instances=opts.instances, kind=opts.kind,
             intra_op_threads=threads, inputs=[parse_input_spec(s) for s in opts.inputs])
         assert self.workdir is not None
+        triton_options.max_request_bytes = opts.max_request_bytes
         return export_triton(self.artifact, self.workdir / "models", triton_options, name=opts.name, version=1,
                              command="optcli serve")
 
     def _launch(self, binary: Path, backends: Path, env: dict[str, str]) -> None:
-        assert self.workdir is not None
+        assert self.workdir is not None and self.guard is not None and self._owned is not None
         opts = self.options
         cmd = [str(binary), f"--model-repository={self.workdir / 'models'}", f"--backend-directory={backends}",
-               f"--http-address={opts.host}", f"--http-port={self.http_port}",
+               "--http-address=127.0.0.1", f"--http-port={self.guard.upstream_port}", *self.guard.triton_flags(),
                f"--grpc-address={opts.host}", f"--grpc-port={self.grpc_port}",
                f"--metrics-address={opts.host}", f"--metrics-port={self.metrics_port}",
-               "--allow-gpu-metrics=false", f"--exit-timeout-secs={EXIT_TIMEOUT_S}", "--strict-readiness=true"]
+               "--allow-gpu-metrics=false", f"--exit-timeout-secs={EXIT_TIMEOUT_S}", "--strict-readiness=true",
+               # Regions named after the private folder: provably this server's (leftovers.py).
+               f"--backend-config=python,shm-region-prefix-name={self._owned.shm_prefix}"]
         self.log_path = self.workdir / "tritonserver.log"
         out = None if opts.verbose else self.log_path.open("wb")
         try:
             # Its own session: Ctrl-C reaches optcli, which stops the server in order; on a timeout the
-            # whole group (the server and its Python-backend stubs) is killed by its id.
+            # whole group (the server and its Python-backend stubs) is killed by its id. The folder's lock
+            # goes with it (pass_fds), so the folder counts as alive while any of them lives.
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=subprocess.STDOUT if out else None, env=env,
-                                            start_new_session=True, preexec_fn=_die_with_parent())
+                                            start_new_session=True, preexec_fn=_die_with_parent(),
+                                            pass_fds=(self._owned.lock_fd,))
         finally:
             if out is not None:
                 out.close()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.options.startup_timeout_s
-        ready = f"{self.base_url}/v2/health/ready"
+        assert self.guard is not None
         while True:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise self._start_failure(f"the server exited with code {self.process.returncode} while starting")
-            if http_status(ready, timeout=1.0) == 200:
+            if http_status(f"{self.base_url}/v2/health/ready", timeout=1.0) == 200:
                 break
             if time.monotonic() > deadline:
                 raise self._start_failure(f"the model was not ready after {self.options.startup_timeout_s:g} s")
             time.sleep(0.25)
         try:
             self.version = str(http_json(f"{self.base_url}/v2").get("version", "?"))
-        except (OSError, ValueError):
-            pass
+            config = self.guard.upstream_json(f"/v2/models/{self.name}/config")
+            self.guard.model = ModelShapes.from_triton_config(config, self.options.max_request_bytes)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise self._start_failure(f"the server did not report the model's configuration ({exc})") from None
+        self.stub_pids = stub_pids(self.process.pid)
 
     def _start_failure(self, what: str) -> OptcliError:
         """The error to raise, with the line of the server's log that says why."""
@@ -161,23 +211,22 @@ class TritonServer:
         return path.read_text(encoding="utf-8", errors="replace").splitlines()
 
     def stop(self) -> int | None:
-        """Stop gracefully (in-flight requests finish), kill what is left, remove the folder. Returns
-        the server's exit code (None if it never started). Safe to call twice."""
+        """Stop gracefully (in-flight requests finish), kill what is left, remove the folder and the
+        server's shared memory. Returns the server's exit code (None if it never started). Safe to call
+        twice, and finishes its cleanup even when interrupted (a second Ctrl-C)."""
         with self._lock:
-            code = None
             process, self.process = self.process, None
-            if process is not None:
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                try:
-                    code = process.wait(timeout=EXIT_TIMEOUT_S + 10)
-                except subprocess.TimeoutExpired:
-                    code = None
-                _kill_group(process.pid)  # stubs left behind by a server that died or hung
-                if code is None:
-                    code = process.wait()
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            guard, self.guard = self.guard, None
+            owned, self._owned = self._owned, None
+            code = None
+            try:
+                if process is not None:
+                    code = end_group(process, EXIT_TIMEOUT_S + 10)
+            finally:
+                if guard is not None:
+                    guard.stop()
+                if owned is not None:
+                    owned.release()
                 self.workdir = None
             return code
 
@@ -221,15 +270,17 @@ class TritonServer:
         return batch_sizes(self.statistics())
 
 
+def start_server(artifact: str | Path, **options: Any) -> TritonServer:
+    """optcli.serve(): `options` are ServeOptions fields; an unknown one is a UsageError."""
+    known = set(ServeOptions.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"unknown serve option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
+    return TritonServer(artifact, ServeOptions(**options)).start()
+
+
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _die_with_parent() -> Any:

@@ -34,11 +34,23 @@ def _quiet_capsule_noise() -> None:
     sys.unraisablehook = hook
 
 
+def _item_bytes(dtype: str) -> int:
+    import numpy as np
+
+    from optcli.tensor_spec import DTYPES
+
+    try:
+        return int(np.dtype(DTYPES[dtype]).itemsize)
+    except (KeyError, TypeError):
+        return 8
+
+
 class OptcliTritonModel:
     """TritonPythonModel for an optcli artifact; model.py sets ARTIFACT and RUNNER_OPTIONS."""
 
     ARTIFACT: ClassVar[Path]
     RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}
+    MAX_REQUEST_BYTES: ClassVar[int] = 64 * 2**20
 
     def initialize(self, args: dict[str, str]) -> None:
         from optcli.api import load
@@ -50,6 +62,20 @@ class OptcliTritonModel:
         self.runner = load(self.ARTIFACT, **options)
         self.input_names = [s.name for s in self.runner.inputs]
         self.output_names = [s.name for s in self.runner.outputs]
+        self.item_bytes = [_item_bytes(s.dtype) for s in self.runner.inputs]
+
+    def too_large(self, shapes: list[list[int]]) -> str | None:
+        """Why a request's inputs (their shapes) are refused before anything is allocated for them: over
+        MAX_REQUEST_BYTES together. Shapes and dtypes are checked by the runner's normalize() after."""
+        import math
+
+        if any(int(d) < 0 for shape in shapes for d in shape):
+            return f"an input has a negative dim: {shapes}"
+        total = sum(math.prod(int(d) for d in shape) * size for shape, size in zip(shapes, self.item_bytes))
+        if total > self.MAX_REQUEST_BYTES:
+            return (f"the request's inputs take {total} bytes, over this model's bound of {self.MAX_REQUEST_BYTES} "
+                    "(optcli serve --max-request-mib)")
+        return None
 
     def execute(self, requests: list[Any]) -> list[Any]:
         import numpy as np
@@ -65,6 +91,12 @@ class OptcliTritonModel:
         for i, request in enumerate(requests):
             try:
                 tensors = [pb_utils.get_input_tensor_by_name(request, n) for n in self.input_names]
+                if any(t is None for t in tensors):
+                    missing = next(n for n, t in zip(self.input_names, tensors) if t is None)
+                    raise ValueError(f"the request has no input {missing!r}")
+                problem = self.too_large([list(t.shape()) for t in tensors])
+                if problem:
+                    raise ValueError(problem)
                 raw = {n: np.from_dlpack(t) if dlpack else t.as_numpy() for n, t in zip(self.input_names, tensors)}
                 feeds = self.runner.normalize(raw)
             except (OptcliError, TypeError, ValueError) as exc:

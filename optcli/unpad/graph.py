@@ -1,6 +1,7 @@
 """The unpad graph rewrite: an encoder computes only up to the last valid position of the batch.
 
     L = min(S, round_up(max over the batch of the mask's last non-zero position + 1, bucket))
+        (a row of padding only counts as S: see _valid_length)
     every sequence-shaped input[:, :L] -> the encoder body -> outputs padded back to S with 0
 
 S is the padded length the model takes (the mask's dim 1). L is the mask's *extent*, not the sum of
@@ -112,12 +113,28 @@ def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
         full = b.node("Squeeze", [shape], "padded_length")
         positions = b.node("Range", [i64(1), b.node("Add", [full, i64(1)]), i64(1)], "positions")
     valid = b.node("Cast", [b.node("Greater", [mask, i64(0)])], to=TensorProto.INT64)
-    extent = b.node("ReduceMax", [b.node("Mul", [valid, positions])], "extent", keepdims=0)
+    rows = _reduce_max(b, b.node("Mul", [valid, positions]), axis=1)   # each row's extent, 0 for no token
+    # A row of padding only attends to all S positions equally in the original (every key is masked
+    # alike); at a shorter length it would attend to fewer and its outputs differ (5.8e-3 on a BERT's
+    # pooled output). Such a row counts as S long, so its batch computes the full length, exactly.
+    rows = b.node("Where", [b.node("Equal", [rows, i64(0)]), full, rows])
+    extent = _reduce_max(b, rows, axis=None)
     extent = b.node("Max", [extent, i64(1)])
     k = b.const(np.array(plan.bucket, np.int64), "bucket")
     rounded = b.node("Mul", [b.node("Div", [b.node("Add", [extent, i64(plan.bucket - 1)]), k]), k])
     length = b.node("Min", [rounded, full], "valid_length")
     return b.node("Reshape", [length, b.const(np.array([1], np.int64))], "valid_length_1d"), full
+
+
+def _reduce_max(b: _Builder, x: str, axis: int | None) -> str:
+    """ReduceMax over `axis` (None: all), keepdims 0, in the form the graph's opset takes (axes became an
+    input in opset 18)."""
+    opset = next((o.version for o in b.model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    if axis is None:
+        return b.node("ReduceMax", [x], "extent", keepdims=0)
+    if opset >= 18:
+        return b.node("ReduceMax", [x, b.const(np.array([axis], np.int64))], "row_extent", keepdims=0)
+    return b.node("ReduceMax", [x], "row_extent", keepdims=0, axes=[axis])
 
 
 def _constants(model: Any) -> dict[str, tuple[tuple[int, ...], np.dtype, Any]]:

@@ -49,12 +49,13 @@ def right_padded(mask: np.ndarray) -> bool:
 def synthetic_samples(specs: list[TensorSpec], mask: str, sequence_inputs: list[str], length: int,
                       int_high: dict[str, int], n: int = SYNTHETIC_SAMPLES, seed: int = 11,
                       lengths: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Right-padded random samples of `lengths` (default: 1..length, both ends included), padded with id 0."""
+    """Right-padded random samples of `lengths` (default: 0..length, both ends included: a row of padding
+    only, 1, the full length, and random lengths between), padded with id 0."""
     dims = {str(s.shape[1]): length for s in specs if s.name in sequence_inputs and not isinstance(s.shape[1], int)}
     feeds = random_inputs(specs, n, seed=seed, int_high=int_high, dims=dims)
     rng = np.random.default_rng(seed)
     if lengths is None:  # shortest first, as spanning_rows orders the data's
-        lengths = np.sort(np.concatenate([[1, length], rng.integers(1, length + 1, size=max(n - 2, 0))])[:n])
+        lengths = np.sort(np.concatenate([[0, 1, length], rng.integers(1, length + 1, size=max(n - 3, 0))])[:n])
     valid = np.arange(length)[None, :] < lengths[:, None]
     for name in sequence_inputs:
         arr = feeds[name]

@@ -3,93 +3,29 @@ tritonserver binary of the `serve` extra (nvidia-pytriton), on loopback, on free
 stopped by the test that started it. Requests are few (64) and every wait is bounded."""
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
 import subprocess
-import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from compile_testkit import REPO, cli_env, run_optcli
+from compile_testkit import cli_env, run_optcli
+from serve_testkit import STARTUP_S, export_digits_onnx, needs_server, optcli_serve, pid_alive
+from serve_testkit import ports as _ports
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(find_spec("pytriton") is None,
-                       reason="the serve extra is not installed (pip install 'nvidia-pytriton==0.7.0' --no-deps, "
-                              "or `make dev`): no Triton server binary"),
-    pytest.mark.skipif(find_spec("tritonclient") is None, reason="tritonclient is not installed (the test extra)"),
-]
-STARTUP_S = 180      # model load under a loaded 2-core machine; the fixture kills the server after it
+pytestmark = needs_server
 REQUESTS = 64
 
 
 @pytest.fixture(scope="module")
 def digits_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The digits sample's CNN (sample_models/digits_cnn.py, untrained, seeded) with a dynamic batch."""
-    torch = pytest.importorskip("torch")
-    from sample_models.digits_cnn import DigitsCNN
-
-    torch.manual_seed(0)
-    model = DigitsCNN().eval()
-    path = tmp_path_factory.mktemp("serve") / "digits_cnn.onnx"
-    torch.onnx.export(model, (torch.randn(2, 1, 32, 32),), str(path), dynamo=False, input_names=["x"],
-                      output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
-    return path
-
-
-def _ports(n: int = 3) -> list[int]:
-    from optcli.serve.health import free_port
-
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
-
-
-def _read_line(stream: Any, timeout: float) -> str:
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
-    try:
-        return lines.get(timeout=timeout)
-    except queue.Empty:
-        return ""
-
-
-@contextmanager
-def optcli_serve(artifact: Path, *flags: str) -> Iterator[tuple[dict[str, Any], subprocess.Popen[str]]]:
-    """`optcli serve ARTIFACT --json` in a subprocess; yields (the ready JSON, the process). Always
-    stopped: SIGTERM, then a kill (the server follows optcli: it is started with PR_SET_PDEATHSIG)."""
-    http, grpc, metrics = _ports()
-    cmd = [sys.executable, "-m", "optcli", "serve", str(artifact), "--http-port", str(http), "--grpc-port",
-           str(grpc), "--metrics-port", str(metrics), "--startup-timeout", str(STARTUP_S), "--json", *flags]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
-    try:
-        line = _read_line(proc.stdout, STARTUP_S + 30)
-        if not line:
-            proc.kill()
-            pytest.fail(f"optcli serve did not become ready: {proc.communicate(timeout=30)[1][-3000:]}")
-        yield json.loads(line), proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        for stream in (proc.stdout, proc.stderr):
-            stream.close()
+    return export_digits_onnx(tmp_path_factory.mktemp("serve") / "digits_cnn.onnx")
 
 
 def _infer_concurrently(url: str, name: str, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -112,14 +48,6 @@ def _infer_concurrently(url: str, name: str, xs: list[np.ndarray]) -> list[np.nd
     return outs
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-
-
 def test_serve_answers_concurrent_requests_in_batches(digits_onnx):
     import optcli
     from optcli.serve.health import batch_sizes, http_json, http_status
@@ -138,11 +66,11 @@ def test_serve_answers_concurrent_requests_in_batches(digits_onnx):
         with urllib.request.urlopen(urls["metrics"], timeout=10) as metrics:
             assert "nv_inference_request_success" in metrics.read().decode()
         pid = ready["pid"]
-        assert _pid_alive(pid)
+        assert pid_alive(pid)
         proc.send_signal(signal.SIGTERM)  # what Ctrl-C / a service manager does: a graceful stop
         assert proc.wait(timeout=60) == 143
         assert "stopping the server" in proc.stderr.read()
-    assert not _pid_alive(pid), "tritonserver outlived optcli serve"
+    assert not pid_alive(pid), "tritonserver outlived optcli serve"
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     sizes = batch_sizes(stats)

@@ -53,10 +53,15 @@ def test_python_backend_repository(tmp_path):
 
     model_class = _load_model_py(version / "model.py")
     assert model_class.RUNNER_OPTIONS == {"disabled_optimizers": ["NchwcTransformer"], "threads": 1}
+    assert model_class.MAX_REQUEST_BYTES == 64 * 2**20
     model = model_class()
     model.initialize({"model_instance_kind": "CPU", "model_instance_device_id": "0"})
     try:
         assert model.runner.settings["intra_op_threads"] == 1
+        # Checked before the runner allocates anything: the bytes the shapes claim, without wrap-around.
+        assert model.too_large([[16, 3, 8, 8]]) is None
+        assert "over this model's bound" in model.too_large([[1, 3, 2**40, 8]])
+        assert "negative dim" in model.too_large([[1, 3, 8, -8]])
         x = np.ones((2, 3, 8, 8), np.float32)
         with optcli.load(source) as reference:
             np.testing.assert_allclose(model.runner.predict(x)["logits"], reference.predict(x)["logits"], rtol=1e-6)
@@ -124,3 +129,12 @@ def test_missing_extra_names_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=120)
     assert done.returncode == 4, done.stderr
     assert "nvidia-pytriton is not installed" in done.stderr and "optcli[serve]" in done.stderr
+
+
+def test_optcli_serve_stays_callable_after_its_package_is_imported() -> None:
+    """Importing optcli.serve.* (as the first serve does) made `optcli.serve` the package: every later
+    `optcli.serve(...)` in the process was "'module' object is not callable"."""
+    import optcli.serve.health  # noqa: F401 - the import is the test
+
+    with pytest.raises(UsageError, match="unknown serve option 'bogus'"):
+        optcli.serve("model.onnx", bogus=1)

@@ -250,3 +250,96 @@ def test_public_api(tmp_path, conv):
     assert cfg.instance_group[0].count == 3 and out.to_json()["version"] == 1
     with pytest.raises(UsageError, match="needs dynamic batching"):
         optcli.export_triton(conv, tmp_path / "models", dynamic_batching="off", max_queue_delay_us=100)
+
+
+# --- another model under an existing name (issue 30, item 14) ---------------------------------------------
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("other, change", [
+    (lambda d: token_onnx(d / "tok.onnx"), "its inputs are x FP32 [-1, 3, 8, 8], this one's input_ids INT64 [-1, -1]"),
+    (lambda d: qdq_onnx(d / "qdq.onnx"), "its inputs are x FP32 [-1, 3, 8, 8], this one's x FP32 [-1, 16]"),
+    (lambda d: conv_onnx(d / "fixed.onnx", batch=2), "its inputs are x FP32 [-1, 3, 8, 8], this one's x FP32 [2, 3, 8, 8]"),
+    (lambda d: None, "its platform is onnxruntime_onnx, this one's python"),   # the same file, Python backend
+])
+def test_a_different_model_under_an_existing_name_is_refused(tmp_path, conv, other, change):
+    """Was: config.pbtxt silently rewritten for the new model, so version 1 no longer matched it."""
+    repo = tmp_path / "models"
+    export_triton(conv, repo, name="m")
+    before = _snapshot(repo)
+    source = other(tmp_path) or conv
+    options = TritonOptions(backend="python") if source == conv else None
+    with pytest.raises(UsageError, match="holds version\\(s\\) 1 of a different model") as err:
+        export_triton(source, repo, options, name="m")
+    assert change in err.value.message and "--replace" in err.value.hint
+    assert _snapshot(repo) == before  # nothing written: the old version still matches its config
+    out = export_triton(source, repo, options, name="m", replace=True)
+    assert out.version == 2 and files_under(repo / "m") >= {"config.pbtxt", "2/" + out.model_path.name}
+    assert not (repo / "m" / "1").exists() and any("removed version(s) 1" in n for n in out.notes)
+    assert parse_config(out.config_path.read_text()).name == "m"
+
+
+def test_the_same_model_with_other_serving_settings_is_a_new_version(tmp_path, conv):
+    repo = tmp_path / "models"
+    export_triton(conv, repo, TritonOptions(max_batch_size=8), name="m")
+    out = export_triton(conv_onnx(tmp_path / "retrained.onnx"), repo, TritonOptions(max_batch_size=32, instances=2),
+                        name="m")
+    assert out.version == 2 and (repo / "m" / "1").is_dir()
+    # Batching off: dims gain the batch axis, the served shapes stay the same.
+    assert export_triton(conv, repo, TritonOptions(max_batch_size=0), name="m").version == 3
+    # The only version, replaced with --force by another model: nothing else to keep consistent.
+    solo = tmp_path / "solo"
+    export_triton(conv, solo, name="m")
+    assert export_triton(token_onnx(tmp_path / "t.onnx"), solo, name="m", version=1, force=True).replaced
+
+
+def test_an_existing_config_that_cannot_be_compared_is_refused(tmp_path, conv):
+    repo = tmp_path / "models"
+    export_triton(conv, repo, name="m")
+    config = repo / "m" / "config.pbtxt"
+    # A hand-written config with the same tensors, in another layout, compares equal.
+    config.write_text('# mine\nname:"m" platform:"onnxruntime_onnx" max_batch_size:4 '
+                      'input[{name:"x",data_type:TYPE_FP32,dims:[3,8,8]}] output{name:"logits" data_type:TYPE_FP32 dims:[4]}')
+    assert export_triton(conv, repo, name="m").version == 2
+    for text, fragment in (("name: {{{{", "cannot be read"), ("input [ { dims: [ 3 ", "cannot be read"),
+                           ("{" * 10_000, "cannot be read"), (None, "no config.pbtxt")):
+        if text is None:
+            config.unlink()
+        else:
+            config.write_text(text)
+        with pytest.raises(UsageError, match=fragment):
+            export_triton(conv, repo, name="m")
+
+
+def test_export_triton_cli_refuses_another_model_in_one_line(tmp_path, conv):
+    from compile_testkit import run_main
+
+    repo = tmp_path / "models"
+    assert run_main("export-triton", str(conv), "--repo", str(repo), "--name", "m")[0] == 0
+    code, _, err = run_main("export-triton", str(token_onnx(tmp_path / "t.onnx")), "--repo", str(repo), "--name", "m")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2 and "of a different model" in lines[0] and "--replace" in lines[1], err
+    code, out, err = run_main("export-triton", str(tmp_path / "t.onnx"), "--repo", str(repo), "--name", "m", "--replace")
+    assert code == 0 and "removed version(s) 1" in err, err
+
+
+def test_configs_read_back_as_triton_reads_them(tmp_path, conv):
+    """served_signature reads what render writes, and agrees with Triton's own ModelConfig parser."""
+    from optcli.deploy.triton_repo import served_signature
+
+    for source, options in ((conv, TritonOptions()), (token_onnx(tmp_path / "t.onnx"), TritonOptions(max_batch_size=0)),
+                            (qdq_onnx(tmp_path / "q.onnx"), TritonOptions(backend="python"))):
+        out = export_triton(source, tmp_path / "r", options)
+        cfg = parse_config(out.config_text)
+        sig = served_signature(out.config_text)
+        batch = [-1] if cfg.max_batch_size > 0 else []
+        assert sig["input"] == sorted((t.name, "TYPE_" + model_config_type(t.data_type), tuple(batch + list(t.dims)))
+                                      for t in cfg.input)
+        assert sig["platform"] == (cfg.platform or cfg.backend)
+
+
+def model_config_type(value: int) -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2.DataType.Name(value).removeprefix("TYPE_")

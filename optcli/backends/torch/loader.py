@@ -149,6 +149,13 @@ def load_torch(source: ModelSource, pinned: list[TensorSpec], task: str = "auto"
     """Load a PyTorch model and work out its input specs (dim 0 is the batch). `device` places a .pt2's
     program there (the caller moves the other formats' modules)."""
     torch = require("torch", "loading PyTorch models")
+    from optcli.library_logs import quiet_model_loading
+
+    with quiet_model_loading():  # transformers' and torchao's logs and progress bars: --debug shows them
+        return _load_torch(torch, source, pinned, task, device)
+
+
+def _load_torch(torch: Any, source: ModelSource, pinned: list[TensorSpec], task: str, device: str) -> TorchModel:
     if source.format == "pt2":
         return _load_pt2(torch, source, pinned, device)
     if source.format == "torchscript":

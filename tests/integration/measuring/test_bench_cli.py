@@ -118,6 +118,21 @@ def test_baseline_problems_are_usage_errors(mlp_onnx: Path, tmp_path: Path) -> N
     assert proc.returncode == EXIT_USAGE and "not readable JSON" in proc.stderr
     saved = tmp_path / "b.json"
     optcli.bench(mlp_onnx, batch=[2], save_baseline=saved, **QUICK_API)
+    # Hostile files end the same way (issue 30): was RecursionError / AttributeError (exit 1) and a NaN or
+    # negative p50 that compared as `+0.0% ok`.
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000 + "]" * 100_000)
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps({**json.loads(saved.read_text()), "artifact": []}))
+    for p50, name in ((float("nan"), "nan.json"), (-3.0, "negative.json")):
+        data = json.loads(saved.read_text())
+        data["points"][0]["latency_ms"]["p50"] = p50
+        (tmp_path / name).write_text(json.dumps(data))
+    for bad in (nested, listed, tmp_path / "nan.json", tmp_path / "negative.json"):
+        proc = run_cli("bench", str(mlp_onnx), "--batch", "2", "--compare-baseline", str(bad), *QUICK)
+        assert proc.returncode == EXIT_USAGE, (bad.name, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 2 and lines[0].startswith("error: baseline") and lines[1].startswith("hint:"), lines
     with pytest.raises(UsageError, match="no \\(batch, concurrency\\) point in common"):
         optcli.bench(mlp_onnx, batch=[1], baseline=saved, **QUICK_API)
     with pytest.raises(UsageError, match="ambiguous"):

@@ -70,3 +70,120 @@ def test_baseline_round_trip(tmp_path: Path) -> None:
         load_baseline(tmp_path / "other.json")
     with pytest.raises(UsageError, match="baseline not found"):
         load_baseline(tmp_path / "missing.json")
+
+
+# --- hostile baseline files (issue 30, items 10 and 11) ---------------------------------------------------
+def _saved(tmp_path: Path) -> dict:
+    import json
+
+    path = tmp_path / "good.json"
+    save_baseline(_result({(1, 1): 1.5, (8, 2): 4.0}), path)
+    return json.loads(path.read_text())
+
+
+def _write(tmp_path: Path, data: object, name: str = "b.json") -> Path:
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize("p50", [float("nan"), -1.0, 0.0, float("inf")])
+@pytest.mark.parametrize("metric", ["p50", "throughput"])
+def test_a_baseline_that_would_turn_the_gate_off_is_refused(tmp_path: Path, p50: float, metric: str) -> None:
+    """A p50 (or throughput) of NaN, 0, a negative number or infinity compared as `+0.0% ok`: refused."""
+    data = _saved(tmp_path)
+    key = "latency_ms" if metric == "p50" else None
+    if key:
+        data["points"][0]["latency_ms"]["p50"] = p50
+    else:
+        data["points"][0]["throughput"] = p50
+    with pytest.raises(UsageError, match="malformed: point 0: (latency_ms.p50|throughput)"):
+        load_baseline(_write(tmp_path, data))
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,                                 # RecursionError in json
+    '{"kind": "optcli-bench", "points": ' + "[" * 50_000 + "]" * 50_000 + "}",
+])
+def test_a_deeply_nested_baseline_is_refused(tmp_path: Path, text: str) -> None:
+    with pytest.raises(UsageError, match="baseline .* (nested too deeply|is malformed|is not an optcli)"):
+        load_baseline(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(artifact=[]),                               # AttributeError: .get on a list
+    lambda d: d.update(environment="x"),
+    lambda d: d.update(points=[[1, 2]]),
+    lambda d: d.update(points={"a": 1}),
+    lambda d: d["points"][0].update(latency_ms=[1.0]),
+    lambda d: d["points"][0].update(batch=True),
+    lambda d: d["points"][0].update(batch="1"),
+    lambda d: d["points"][0].update(concurrency=10**400),
+    lambda d: d["points"][0]["latency_ms"].update(p99="slow"),
+    lambda d: d["points"][0].update(p50_ci95_ms=[1.0]),
+    lambda d: d["points"][0].update(p50_ci95_ms="x"),
+    lambda d: d["points"][0].update(batches=[]),
+    lambda d: d["points"][0]["latency_ms"].pop("runs"),
+])
+def test_a_malformed_baseline_is_a_usage_error(tmp_path: Path, edit) -> None:
+    data = _saved(tmp_path)
+    edit(data)
+    with pytest.raises(UsageError, match="baseline .* is malformed"):
+        load_baseline(_write(tmp_path, data))
+
+
+def test_a_baseline_that_is_not_a_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_baseline(tmp_path)
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_baseline(Path("/dev/zero"))  # read whole, it would never end
+
+
+def test_any_edit_of_a_baseline_loads_and_compares_or_is_a_usage_error(tmp_path: Path) -> None:
+    """The class: replace any value anywhere in a saved baseline with any JSON value (NaN and deep
+    nesting included); loading and comparing either works or raises UsageError, and a comparison
+    that works measures a real change (never the gate silently off)."""
+    import json
+    import math
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = _saved(tmp_path)
+    current = _result({(1, 1): 3.0, (8, 2): 8.0})  # twice as slow as the saved baseline everywhere
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                       st.text(max_size=5))
+    values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4),
+                                                                                                   inner, max_size=3),
+                          max_leaves=8)
+
+    def paths(node, prefix=()):
+        yield prefix
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            yield from paths(v, prefix + (k,))
+
+    all_paths = [p for p in paths(base) if p]
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(where=st.sampled_from(all_paths), value=values)
+    def check(where, value):
+        data = json.loads(json.dumps(base))
+        node = data
+        for k in where[:-1]:
+            node = node[k]
+        node[where[-1]] = value
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps(data))
+        try:
+            loaded = load_baseline(path)
+            cmp = compare_to_baseline(current, loaded, 0.1)
+        except UsageError:
+            return
+        for row in cmp["rows"]:
+            assert math.isfinite(row["p50_change"]) and math.isfinite(row["throughput_change"])
+            assert row["p50_ms"][0] > 0 and row["throughput"][0] > 0
+
+    check()
