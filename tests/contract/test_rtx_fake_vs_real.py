@@ -1,0 +1,34 @@
+"""The fake TensorRT (fake_tensorrt.py) and NVIDIA's real ONNX parser (TensorRT-RTX's: the same
+onnx-tensorrt code as TensorRT's), side by side on the same graphs: wherever the real one refuses, the
+fake must refuse too, so the contract tests can never again pass a graph NVIDIA's code refuses
+(issue 29, part 1). The graphs: a corpus of small graphs on both sides of the parser's lines
+(parser_corpus.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from fake_tensorrt import make_tensorrt
+from parser_corpus import CORPUS
+from optcli.backends.tensorrt.parser_check import parse_issues
+
+
+def verdicts(real: Any, path: Path) -> tuple[list[dict], list[dict]]:
+    """(real parser's errors, fake parser's errors) for one graph: one parse each."""
+    return parse_issues(real, path, rounds=1), parse_issues(make_tensorrt(), path, rounds=1)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_the_fake_refuses_wherever_the_real_parser_refuses(rtx, tmp_path, name):
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(CORPUS[name](), str(path))
+    real, fake = verdicts(rtx, path)
+    if real:
+        assert fake, f"the real parser refuses {name} ({real[0]['message'][:200]}) but the fake takes it"
+    else:
+        # Not required, but a fake stricter than NVIDIA's parser would fail good graphs in the contract tests.
+        assert not fake, f"the fake refuses {name} ({fake[0]['message']}), which the real parser takes"
+
