@@ -68,6 +68,9 @@ def tensorrt_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Engine cache folder [~/.cache/optcli/tensorrt/engines]."),
         click.option("--no-engine-cache", "trt_no_engine_cache", is_flag=True, expose_value=False,
                      callback=_store("no_engine_cache"), help="Always build the engine; do not read or write the cache."),
+        click.option("--max-seq", "trt_max_seq", type=click.IntRange(1, None), expose_value=False,
+                     callback=_store("max_seq"),
+                     help="TensorRT: top of a dynamic sequence dim's range (1..N) [the length optcli runs at]."),
     ]
     for option in reversed(options):
         f = option(f)

@@ -26,6 +26,7 @@ from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
 from optcli.quantize.module_names import node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
+from optcli.targets import tensorrt_family
 
 
 def _quick_latency(path: Path, samples: SampleSet) -> float:
@@ -123,7 +124,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
-    if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
+    if tensorrt_family(ctx.target):  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
                      meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),

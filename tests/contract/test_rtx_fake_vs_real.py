@@ -2,7 +2,7 @@
 onnx-tensorrt code as TensorRT's), side by side on the same graphs: wherever the real one refuses, the
 fake must refuse too, so the contract tests can never again pass a graph NVIDIA's code refuses
 (issue 29, part 1). The graphs: a corpus of small graphs on both sides of the parser's lines
-(parser_corpus.py)."""
+(parser_corpus.py), and every ONNX graph optcli wrote in this session's TensorRT-RTX compiles."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,3 +32,17 @@ def test_the_fake_refuses_wherever_the_real_parser_refuses(rtx, tmp_path, name):
         # Not required, but a fake stricter than NVIDIA's parser would fail good graphs in the contract tests.
         assert not fake, f"the fake refuses {name} ({fake[0]['message']}), which the real parser takes"
 
+
+def optcli_graphs(out: Path) -> list[Path]:
+    """Every ONNX graph a compile wrote into its stage folders."""
+    return sorted(p for p in out.glob("[0-9][0-9]-*/*.onnx"))
+
+
+def test_both_parsers_take_every_graph_optcli_wrote_for_tensorrt(rtx, rtx_encoder_int8):
+    code, err, out = rtx_encoder_int8
+    assert code == 0, err
+    graphs = optcli_graphs(out)
+    assert {p.parent.name.split("-", 1)[1] for p in graphs} >= {"simplify", "fuse", "quantize-int8"}
+    for path in graphs:
+        real, fake = verdicts(rtx, path)
+        assert (real, fake) == ([], []), path

@@ -11,6 +11,7 @@ TOML (optcli.toml) and the CLI flags set the same keys:
     timing_cache = "trt.cache"  # --timing-cache PATH
     engine_cache = "~/.cache/optcli/tensorrt"   # --engine-cache DIR
     engine_cache_enabled = true # --no-engine-cache
+    max_seq = 512               # --max-seq: top of the range of a dynamic sequence dim [the length optcli runs at]
 
 Registered in optcli.config.SECTIONS; its values are kept in CompileConfig.extra["tensorrt"] (a dict of
 what was set, through set_option, or a TensorRTConfig once the CLI has merged its flags).
@@ -86,6 +87,7 @@ class TensorRTConfig:
     timing_cache: Path | None = None        # None: one per TensorRT version and GPU under the cache root
     engine_cache: Path | None = None        # None: default_cache_root() / "engines"
     engine_cache_enabled: bool = True
+    max_seq: int | None = None              # top of a dynamic sequence dim's range; None: the length optcli runs at
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TensorRTConfig:
@@ -107,6 +109,11 @@ class TensorRTConfig:
             cfg.builder_opt_level = level
         if values.get("hardware_compat") is not None:
             cfg.hardware_compat = str(values["hardware_compat"]).lower()
+        if values.get("max_seq") is not None:
+            seq = values["max_seq"]
+            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+                raise UsageError(f"max_seq must be a positive integer, got {seq!r}", hint="e.g. --max-seq 512")
+            cfg.max_seq = seq
         for key in ("version_compat", "engine_cache_enabled"):
             if key in values:
                 if not isinstance(values[key], bool):

@@ -1,0 +1,120 @@
+"""`--target tensorrt-rtx` end to end on this machine, with NVIDIA's real builder (no GPU needed): the
+pipeline runs, TensorRT-RTX builds the engine ahead of time, latency is "not measured" with the reason,
+and loading the engine without an RTX GPU is one line and exit 4 (issue 29, part 3). The findings the
+builder side owns: profiles from the pipeline's own specs (F2), the unpad
+rewrite refused for TensorRT with its reason (F5)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import optcli
+from compile_testkit import read_report, run_main
+from parser_corpus import const, model, vi
+from optcli.backends.tensorrt.builder import build_engine
+from optcli.backends.tensorrt.preflight import check_file
+from optcli.backends.tensorrt.profiles import InputProfile
+from optcli.backends.tensorrt_rtx.target import runtime_problem
+from optcli.errors import DeviceUnavailableError
+
+needs_no_rtx_gpu = pytest.mark.skipif(runtime_problem() is None, reason="an RTX GPU is here: the engine runs")
+
+
+def stage(report: dict, name: str) -> dict:
+    return next(s for s in report["stages"] if s["name"] == name)
+
+
+def test_int8_of_a_dynamic_batch_and_sequence_encoder_builds_as_typed(rtx, rtx_encoder_int8):
+    """F2: profiles ignored the sequence, so every text input needed --input (exit 2, after every earlier
+    stage had run). Now each dynamic non-batch dim gets 1..the length the pipeline runs at."""
+    code, err, out = rtx_encoder_int8
+    assert code == 0, err
+    report = read_report(out)
+    build = stage(report, "build-tensorrt")
+    assert build["status"] == "ok" and build["details"]["builder"] == "TensorRT-RTX"
+    assert build["details"]["tensorrt"] == str(rtx.__version__)
+    assert build["details"]["profiles"] == ["input_ids:1x1/1x128/32x128", "attention_mask:1x1/1x128/32x128"]
+    final = report["final"]
+    assert final["format"] == "rtx-engine" and final["backend"] == "tensorrt-rtx" and final["precision"] == "int8"
+    engine = out / final["artifact"]
+    meta = json.loads(engine.with_name("model.engine.json").read_text())
+    assert engine.stat().st_size == meta["engine_bytes"] > 0 and meta["options"]["toolkit"] == "tensorrt-rtx"
+    if runtime_problem() is not None:
+        assert final["latency_ms"] is None and final["not_measured"].startswith("no RTX GPU here")
+        assert build["details"]["not_measured"] == final["not_measured"]
+
+
+@needs_no_rtx_gpu
+def test_loading_the_engine_without_an_rtx_gpu_is_one_line_and_exit_4(rtx, rtx_encoder_int8):
+    code, err, out = rtx_encoder_int8
+    assert code == 0, err
+    engine = out / read_report(out)["final"]["artifact"]
+    for target in (out, engine, engine.parent):
+        code, _, err = run_main("bench", str(target))
+        lines = err.strip().splitlines()
+        assert code == 4 and lines[0].startswith("error: cannot run the TensorRT-RTX engine") and len(lines) == 2
+        assert "no RTX GPU here" in lines[0] and lines[1].startswith("hint: ") and "Traceback" not in err
+    with pytest.raises(DeviceUnavailableError, match="no RTX GPU here") as info:
+        optcli.load(engine)
+    assert info.value.exit_code == 4
+
+
+def test_a_profile_that_cannot_hold_the_run_fails_before_the_first_stage(rtx, rtx_encoder, tmp_path):
+    """F2: the profile was checked in build-tensorrt, after every earlier stage ran; and its hint for an
+    explicit --input profile was a --batch that cannot override it."""
+    path, _ = rtx_encoder
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench",
+                            "--max-seq", "64")
+    assert code == 2 and "--max-seq 64 is below the length 128" in err and "hint: raise it to --max-seq 128" in err
+    assert not any(p.is_dir() for p in out.glob("0*")), "a stage ran before the check"
+    code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench",
+                            "--input", "input_ids:1x128/1x128/1x128", "--input", "attention_mask:1x128/1x128/1x128")
+    assert code == 2 and "accuracy check batch 2 is outside the batch range 1..1" in err
+    assert "--input input_ids:1x128/1x128/2x128" in err and not any(p.is_dir() for p in out.glob("0*"))
+
+
+def value_sized_graph(path: Path) -> Path:
+    """The unpad rewrite's pattern in four nodes: the output is x sliced to the largest mask length."""
+    nodes = [helper.make_node("ReduceSum", ["mask", "axis1"], ["lengths"], keepdims=0, name="lengths"),
+             helper.make_node("ReduceMax", ["lengths"], ["extent"], keepdims=1, name="extent"),
+             helper.make_node("Slice", ["x", "zero", "extent", "axis1"], ["y"], name="slice_to_extent")]
+    m = model(nodes, [vi("x", shape=("N", "S")), vi("mask", onnx.TensorProto.INT64, ("N", "S"))],
+              [vi("y", shape=("N", "L"))], [const("axis1", np.array([1], np.int64)), const("zero", np.array([0], np.int64))],
+              opset=18)
+    onnx.save(m, str(path))
+    return path
+
+
+def test_a_value_sized_output_builds_but_the_preflight_refuses_it_for_the_runner(rtx, tmp_path):
+    """F5, with the real builder: TensorRT-RTX builds a slice sized by the data (it cannot infer the size
+    ahead: its warning says so); optcli's runner cannot allocate such an output, so the preflight says it."""
+    path = value_sized_graph(tmp_path / "sized.onnx")
+    profiles = [InputProfile(n, (1, 1), (2, 8), (4, 16), (0, 1)) for n in ("x", "mask")]
+    built = build_engine(rtx, path, profiles, {}, None)
+    assert built.engine_bytes and built.outputs[0]["shape"] == [-1, -1]
+    assert any("kOPT" in w and "extent" in w for w in built.warnings)
+    [finding] = check_file(path)
+    assert (finding.node_name, finding.rule) == ("slice_to_extent", "data-dependent")
+
+
+def test_unpad_for_tensorrt_is_refused_with_the_reason(rtx, rtx_encoder, tmp_path):
+    """F5: with [unpad] tensorrt = true the rewrite was applied, and the engine's outputs then had shapes
+    only the data decides, which the runner refuses. Now the stage says why and passes the graph on."""
+    path, _ = rtx_encoder
+    config = tmp_path / "optcli.toml"
+    config.write_text("[unpad]\ntensorrt = true\n")
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench",
+                            "--config", str(config))
+    assert code == 0, err
+    report = read_report(out)
+    unpad = stage(report, "unpad")
+    assert unpad["status"] == "skipped" and "data-dependent" in unpad["reason"]
+    assert "IOutputAllocator" in unpad["reason"] and unpad["details"]["proof"]  # it was rewritten and proven first
+    assert stage(report, "build-tensorrt")["status"] == "ok"
