@@ -29,11 +29,11 @@ from optcli.quantize.units import compute_units
 from optcli.targets import tensorrt_family
 
 
-def _quick_latency(path: Path, samples: SampleSet) -> float:
+def _quick_latency(path: Path, samples: SampleSet, options: dict[str, Any] | None = None) -> float:
     """p50 ms at batch 1 (ORT, all optimizations): the before/after figure of the fallback."""
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
-    runner = OnnxRuntimeRunner(path)
+    runner = OnnxRuntimeRunner(path, **(options or {}))
     try:
         feeds = runner.normalize(samples.take(slice(0, 1)).arrays)
         stats = stats_from_samples(time_calls(lambda: runner.run_normalized(feeds), runs=30, min_seconds=0.3,
@@ -73,9 +73,11 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
     reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
-    session = {"runner_options": {"threads": ctx.config.bench.threads}, "pool": ctx.runners}  # the row's
     out = workdir / "model.onnx"
-    qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
+    qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units},
+                   fp16_base=fp16_base(ctx, flavour))
+    session = {"runner_options": {"threads": ctx.config.bench.threads, **(qz.runner_options or {})},
+               "pool": ctx.runners}  # the row's
     counts = qz.write(out, [])
     first = evaluate(out, reference, ev, **session)
     failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
@@ -84,13 +86,13 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     float_nodes: set[str] = set()
     deferred = failure is not None and q.fallback and bool(units) and defer_fallback
     if failure is not None and q.fallback and units and not deferred:
-        latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
+        latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev, qz.runner_options)}
         result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
         excluded = sorted(result.best.excluded)
         float_nodes = {n for u in units if u.node in result.best.excluded for n in u.nodes}
         if excluded:
             counts = qz.write(out, excluded)
-        latency["after"] = _quick_latency(out, ev) if excluded else latency["before"]
+        latency["after"] = _quick_latency(out, ev, qz.runner_options) if excluded else latency["before"]
         fallback.update(accuracy_before=_brief(first), latency_p50_ms_fp32=latency["fp32"],
                         latency_p50_ms_before=latency["before"], latency_p50_ms_after=latency["after"])
         if excluded and latency["after"] >= latency["fp32"]:
@@ -114,7 +116,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
     remove_onnx(fp32)
-    details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour)}, "calibration": calib_info,
+    details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour),
+                           "float_parts": "fp16" if qz.fp16_base else "fp32"}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
@@ -127,9 +130,18 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     if tensorrt_family(ctx.target):  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
-                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),
+                     meta={"flavour": f"int8-{flavour.name}" + ("+fp16" if qz.fp16_base else ""),
+                           **({"runner_options": qz.runner_options} if qz.runner_options else {}),
+                           **({"fallback_deferred": True} if deferred else {}),
                            "accuracy": judged(final_acc, artifact.sha256, ev)}),
             details, final_acc)
+
+
+def fp16_base(ctx: Any, flavour: Any) -> bool:
+    """--int8 on a TensorRT target: FP16 where no Q/DQ stands, unless --no-fp16 (issue 29, F6)."""
+    from optcli.backends.tensorrt.options import tensorrt_config
+
+    return flavour.static and tensorrt_family(ctx.target) and tensorrt_config(ctx.config).int8_fp16
 
 
 def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """`--target tensorrt-rtx` end to end on this machine, with NVIDIA's real builder (no GPU needed): the
 pipeline runs, TensorRT-RTX builds the engine ahead of time, latency is "not measured" with the reason,
 and loading the engine without an RTX GPU is one line and exit 4 (issue 29, part 3). The findings the
-builder side owns: profiles from the pipeline's own specs (F2), the unpad
+builder side owns: profiles from the pipeline's own specs (F2), INT8 with an FP16 base (F6), the unpad
 rewrite refused for TensorRT with its reason (F5)."""
 from __future__ import annotations
 
@@ -47,6 +47,27 @@ def test_int8_of_a_dynamic_batch_and_sequence_encoder_builds_as_typed(rtx, rtx_e
     if runtime_problem() is not None:
         assert final["latency_ms"] is None and final["not_measured"].startswith("no RTX GPU here")
         assert build["details"]["not_measured"] == final["not_measured"]
+
+
+def test_int8_engine_runs_its_float_parts_in_fp16(rtx, rtx_encoder_int8):
+    """F6: a strongly typed build of an FP32 Q/DQ graph ran LayerNorm, Softmax and the adds in FP32.
+    TensorRT-RTX's own parser shows the types the engine keeps: FP16 between the INT8 Q/DQ pairs."""
+    code, err, out = rtx_encoder_int8
+    assert code == 0, err
+    q = stage(read_report(out), "quantize-int8")
+    assert q["details"]["flavour"]["float_parts"] == "fp16"
+    logger = rtx.Logger(rtx.Logger.ERROR)
+    network = rtx.Builder(logger).create_network(0)
+    parser = rtx.OnnxParser(network, logger)
+    assert parser.parse_from_file(str(out / q["artifact"]))
+    types = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        types.setdefault(layer.type.name, set()).add(layer.get_output(0).dtype.name)
+    assert types["SOFTMAX"] == {"HALF"} and types["NORMALIZATION"] == {"HALF"}
+    assert types["MATRIX_MULTIPLY"] == {"HALF"} and types["QUANTIZE"] == {"INT8"}
+    assert onnx.load(str(out / q["artifact"]), load_external_data=False).graph.input[0].type.tensor_type.elem_type \
+        == onnx.TensorProto.INT64  # the graph's own inputs are untouched
 
 
 @needs_no_rtx_gpu
@@ -118,3 +139,18 @@ def test_unpad_for_tensorrt_is_refused_with_the_reason(rtx, rtx_encoder, tmp_pat
     assert unpad["status"] == "skipped" and "data-dependent" in unpad["reason"]
     assert "IOutputAllocator" in unpad["reason"] and unpad["details"]["proof"]  # it was rewritten and proven first
     assert stage(report, "build-tensorrt")["status"] == "ok"
+
+
+@pytest.mark.slow  # one more INT8 compile
+def test_no_fp16_keeps_the_float_parts_fp32(rtx, rtx_encoder, tmp_path, engine_cache):
+    """F6's other half: `--int8 --no-fp16` is the plain mix (INT8 where Q/DQ stands, FP32 elsewhere)."""
+    path, calib = rtx_encoder
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--int8", "--calib", str(calib),
+                            "--no-fp16", "--out", str(out), "--no-bench")
+    assert code == 0, err
+    report = read_report(out)
+    q = stage(report, "quantize-int8")
+    assert q["details"]["flavour"]["float_parts"] == "fp32" and report["final"]["flavour"] == "tensorrt-rtx-strongly-typed"
+    graph = onnx.load(str(out / q["artifact"]), load_external_data=False)
+    assert {i.data_type for i in graph.graph.initializer if i.name.endswith("_scale")} == {onnx.TensorProto.FLOAT}
