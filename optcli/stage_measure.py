@@ -40,10 +40,10 @@ class Measurements:
     def not_runnable(self, artifact: Artifact) -> str | None:
         """Why `artifact` cannot run on this machine (a TensorRT-RTX engine without an RTX GPU: built ahead
         of time), asked of its backend once per run; None where it can."""
-        from optcli.backends.registry import for_format, load_object
+        from optcli.backends.registry import all_backends, load_object
 
-        backend = for_format(artifact.format)
-        if backend.runs_here is None:
+        backend = next((b for b in all_backends() if artifact.format in b.formats), None)
+        if backend is None or backend.runs_here is None:  # e.g. the user's PyTorch source
             return None
         if backend.name not in self._blocked:
             self._blocked[backend.name] = load_object(backend.runs_here)()
