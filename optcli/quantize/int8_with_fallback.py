@@ -53,7 +53,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
     `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
-    from optcli.backends.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.graph_check import require_clean
 
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"

@@ -18,7 +18,7 @@ from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
 from optcli.backends.onnxruntime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.backends.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.targets import tensorrt_family
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",

@@ -119,9 +119,9 @@ class UnpadStage(Stage):
         return HeldOut(evaluation_set(q, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high))
 
     def _tensorrt_refusal(self, path: Path) -> str | None:
-        from optcli.backends.tensorrt.preflight import check_file
+        from optcli.backends.tensorrt.graph_check import check_graph
 
-        findings = check_file(path)
+        findings = check_graph(path).findings
         if not findings:
             return None
         return (f"the {self.ctx.target} target refuses the rewritten graph: {findings[0].describe()} "

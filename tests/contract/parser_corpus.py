@@ -156,5 +156,7 @@ CORPUS: dict[str, Callable[[], Any]] = {
     "rmsnormalization_opset23": lambda: _newer("RMSNormalization", 23, [vi("x", shape=("N", 8))],
                                                [const("scale", np.ones(8, np.float32))], vi("y", shape=("N", 8))),
     "swish_opset24": lambda: _newer("Swish", 24, [vi("x")], [], vi("y")),
+    "cumsum_int64": lambda: model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="positions")],
+                                  [vi("x", I64, ("N", 8))], [vi("y", I64, ("N", 8))], [const("axis", np.int64(1))]),
     "relu_opset25": lambda: model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x")], [vi("y")], opset=25),
 }

@@ -5,10 +5,12 @@ TensorRT-RTX: the same onnx-tensorrt parser), run in a child process (parser_che
 the documented support matrix (preflight.py), with the opset window of the installed version where
 one is installed but could not answer (a full TensorRT without a usable GPU). With a real parser,
 the parser's errors are the findings, plus optcli's own rules that no parser knows (its runner's
-refusal of data-dependent output shapes).
+refusal of data-dependent output shapes). `require_clean` is what the stages call: the same check,
+failing the stage on any finding.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 from optcli.backends.tensorrt.onnx_support import SOURCE
 from optcli.backends.tensorrt.parser_check import ask, installed_toolkits
 from optcli.backends.tensorrt.preflight import Finding, check_file
+from optcli.errors import StageError
 
 # Rules that are optcli's, not TensorRT's: they apply whoever answers.
 OWN_RULES = ("data-dependent",)
@@ -67,3 +70,29 @@ def _parser_finding(issue: dict[str, Any], oracle: str) -> Finding:
     index = int(node) if isinstance(node, int) and node >= 0 else None
     return Finding(index, str(issue.get("node_name") or ""), str(issue.get("op") or ""), "parser",
                    str(issue.get("message") or "").strip(), oracle)
+
+
+SKIP_ENV = "OPTCLI_TENSORRT_PREFLIGHT"
+
+
+class PreflightFailure(StageError):
+    """The preflight found what TensorRT's parser would refuse; `findings` holds them all."""
+
+    def __init__(self, path: Path, findings: list[Finding], what: str, oracle: str = "the documented matrix") -> None:
+        shown = "; ".join(f.describe() for f in findings[:3])
+        more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
+        super().__init__(f"{what} has what TensorRT's ONNX parser refuses ({oracle}): {shown}{more}",
+                         hint=f"optcli check {path} --target tensorrt lists every finding; if a real TensorRT "
+                              f"accepts the graph, set {SKIP_ENV}=off and report the rule")
+        self.findings = findings
+
+
+def require_clean(path: Path, what: str) -> None:
+    """Raise PreflightFailure when `path` has findings (unless OPTCLI_TENSORRT_PREFLIGHT=off), from the
+    same oracle as `optcli check`: the real parser where one is installed (the matrix refused, e.g.,
+    RoBERTa's INT64 CumSum, which NVIDIA's parser imports), else the documented matrix."""
+    if os.environ.get(SKIP_ENV, "").lower() in ("off", "0", "no"):
+        return
+    result = check_graph(path)
+    if result.findings:
+        raise PreflightFailure(path, result.findings, what, result.oracle)

@@ -18,12 +18,10 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from optcli.errors import StageError
 from optcli.backends.tensorrt.onnx_support import NEWER_OPS, OPS, QUANTIZED_TYPES, SOURCE, opset_window, \
     supports_newer_ops
 
@@ -158,30 +156,6 @@ def check_file(path: Path, toolkit: str | None = None, version: str | None = Non
     from optcli.onnx_model import load_onnx
 
     return check_model(load_onnx(path, load_weights=False), toolkit, version, rules)
-
-
-SKIP_ENV = "OPTCLI_TENSORRT_PREFLIGHT"
-
-
-class PreflightFailure(StageError):
-    """The preflight found what TensorRT's parser would refuse; `findings` holds them all."""
-
-    def __init__(self, path: Path, findings: list[Finding], what: str) -> None:
-        shown = "; ".join(f.describe() for f in findings[:3])
-        more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
-        super().__init__(f"{what} has what TensorRT's ONNX parser refuses: {shown}{more}",
-                         hint=f"optcli check {path} --target tensorrt lists every finding; if a real TensorRT "
-                              f"accepts the graph, set {SKIP_ENV}=off and report the rule")
-        self.findings = findings
-
-
-def require_clean(path: Path, what: str) -> None:
-    """Raise PreflightFailure when `path` has findings (unless OPTCLI_TENSORRT_PREFLIGHT=off)."""
-    if os.environ.get(SKIP_ENV, "").lower() in ("off", "0", "no"):
-        return
-    findings = check_file(path)
-    if findings:
-        raise PreflightFailure(path, findings, what)
 
 
 def _finding(index: int, node: Any, rule: str, reason: str, source: str = SOURCE) -> Finding:
