@@ -34,7 +34,7 @@ class Progress:
         elif event == "stage_end":
             style = _STATUS_STYLE.get(data["status"], "")
             secs = f"{data['seconds']:.2f}s" if data.get("seconds") is not None else ""
-            reason = f" ({data['reason']})" if data.get("reason") else ""
+            reason = f" ({escape(data['reason'])})" if data.get("reason") else ""
             self.console.print(f"  [{style}]{data['status']:>8}[/] {data['name']:<16} {secs}{reason}")
         elif event == "run_end":
             self.stop()

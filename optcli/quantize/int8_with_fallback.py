@@ -81,6 +81,15 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     counts = qz.write(out, [])
     first = evaluate(out, reference, ev, **session)
     failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
+    fp16_missed = None
+    if failure is not None and qz.fp16_base:
+        # FP16 cannot hold every model's activations (a random-weights MobileNetV2's outputs are ~1e-26,
+        # zero in FP16): before searching units to keep in float, try the float parts in FP32.
+        fp16_missed = {"accuracy": _brief(first), "failure": failure}
+        qz.fp16_base = False
+        counts = qz.write(out, [])
+        first = evaluate(out, reference, ev, **session)
+        failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
     fallback = None
     excluded: list[str] = []
     float_nodes: set[str] = set()
@@ -117,7 +126,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
     remove_onnx(fp32)
     details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour),
-                           "float_parts": "fp16" if qz.fp16_base else "fp32"}, "calibration": calib_info,
+                           "float_parts": "fp16" if qz.fp16_base else "fp32",
+                           **({"fp16_missed": fp16_missed} if fp16_missed else {})}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,

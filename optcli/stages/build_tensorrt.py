@@ -125,6 +125,8 @@ class BuildTensorRTStage(Stage):
                              "engines run on any RTX GPU of compute 8.0+ without them", hint="drop those flags")
 
     def fingerprint(self) -> dict[str, Any]:
+        if not tensorrt_family(self.ctx.target):
+            return {}  # skipped: nothing it would build
         cfg = self.options()
         return {"build": cfg.build_options(), "batch": cfg.batch, "max_seq": cfg.max_seq,
                 "pins": [{**p.to_json(), "profile": p.profile} for p in self.ctx.config.inputs],

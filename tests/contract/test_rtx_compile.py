@@ -154,3 +154,24 @@ def test_no_fp16_keeps_the_float_parts_fp32(rtx, rtx_encoder, tmp_path, engine_c
     assert q["details"]["flavour"]["float_parts"] == "fp32" and report["final"]["flavour"] == "tensorrt-rtx-strongly-typed"
     graph = onnx.load(str(out / q["artifact"]), load_external_data=False)
     assert {i.data_type for i in graph.graph.initializer if i.name.endswith("_scale")} == {onnx.TensorProto.FLOAT}
+
+
+def test_int8_keeps_the_float_parts_fp32_where_fp16_cannot_hold_the_activations(rtx, tmp_path, engine_cache):
+    """F6's FP16 base must not fail models FP16 cannot represent (outputs ~1e-9 are zero in FP16; the zoo's
+    random-weights MobileNetV2 gives ~1e-26): the stage tries FP32 float parts before any fallback search."""
+    rng = np.random.default_rng(1)
+    w1 = const("w1", (rng.standard_normal((32, 64)) * 1e-5).astype(np.float32))
+    w2 = const("w2", (rng.standard_normal((64, 16)) * 1e-5).astype(np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    path = tmp_path / "tiny-values.onnx"
+    onnx.save(model(nodes, [vi("x", shape=("N", 32))], [vi("y", shape=("N", 16))], [w1, w2]), str(path))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    np.savez(calib / "a.npz", x=rng.standard_normal((64, 32)).astype(np.float32))
+    out = tmp_path / "out"
+    code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--int8", "--calib", str(calib),
+                            "--out", str(out), "--no-bench")
+    assert code == 0, err
+    flavour = stage(read_report(out), "quantize-int8")["details"]["flavour"]
+    assert flavour["float_parts"] == "fp32" and flavour["fp16_missed"]["accuracy"]["cosine_mean"] < 0.5
