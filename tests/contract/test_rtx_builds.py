@@ -102,3 +102,16 @@ def test_encoder_onnx_with_dynamic_batch_and_sequence(rtx, rtx_encoder, tmp_path
     report = compile_rtx(path, tmp_path / "out", *([] if precision == "fp32" else ["--fp16"]))
     build = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
     assert build["details"]["profiles"][0] == "input_ids:1x1/1x128/32x128"
+
+
+def test_simplify_keeps_plain_onnx_ops_for_tensorrt(rtx, tmp_path, engine_cache):
+    """onnxsim 0.8 fuses a hand-written attention block into com.microsoft Attention, which TensorRT's
+    parser cannot import ("Q, K, and V inputs must have the same number of dimensions": swin and
+    mobilevit in the zoo sweep). Its contrib-op passes are off for the TensorRT targets."""
+    from compile_testkit import make_eager_attention
+
+    path = make_eager_attention(tmp_path / "attention.onnx")
+    report = compile_rtx(path, tmp_path / "out")
+    simplify = next(s for s in report["stages"] if s["name"] == "simplify")
+    graph = onnx.load(str(tmp_path / "out" / simplify["artifact"]), load_external_data=False)
+    assert {n.domain for n in graph.graph.node} <= {"", "ai.onnx"}
