@@ -28,7 +28,8 @@ Refused the way TensorRT refuses them (each a defect a review against the real b
   both on it and on every graph optcli writes for TensorRT): element types TensorRT has no DataType for
   (INT16, UINT16/32/64, STRING, complex) anywhere, in a Cast's `to` too; INT32/INT64/UINT8/BOOL into
   MatMul/Gemm/Conv/ConvTranspose; UINT8 into anything but Cast and Q/DQ; a non-zero Q/DQ zero point; a
-  per-channel scale whose length is not the axis' size; pooling dilations other than 1; MaxPool's
+  per-channel scale whose length is not the axis' size; pooling dilations other than 1, a pooling window of
+  100000+ elements; MaxPool's
   Indices output; Resize with antialias.
 - Plugin layers (RoiAlign -> ROIAlign_TRT) parse and deserialize only after init_libnvinfer_plugins
   in this "process" (one make_tensorrt() module is one process): otherwise parse fails and
@@ -189,6 +190,8 @@ def _refusal(node: Any, types_: dict[str, int], m: Any) -> str | None:
                 return "The number of scales is not equal to the number of output channels"
     if node.op_type in ("MaxPool", "AveragePool", "LpPool") and any(d != 1 for d in attrs.get("dilations", _NO).ints):
         return "This version of TensorRT does not support dilations other than 1."
+    if node.op_type in ("MaxPool", "AveragePool", "LpPool") and np.prod(attrs.get("kernel_shape", _NO).ints) >= 100_000:
+        return "INetworkDefinition::addPoolingNd: volume(windowSize) < maxKernelDimsProduct"
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         return "This version of TensorRT doesn't support more than 1 outputs for MaxPool nodes!"
     if node.op_type == "Resize" and "antialias" in attrs and attrs["antialias"].i:

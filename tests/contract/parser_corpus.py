@@ -141,7 +141,10 @@ CORPUS: dict[str, Callable[[], Any]] = {
         [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="pool"),
          helper.make_node("Cast", ["i"], ["c"], to=F, name="c")], [vi("x", shape=("N", 3, 8, 8))],
         [vi("y", shape=("N", 3, 7, 7)), vi("c", shape=("N", 3, 7, 7))]),
-    "averagepool_window_too_big": lambda: _pool("AveragePool", ("N", 3, 64, 64), ("N", 3, 1, 1), kernel_shape=[64, 64]),
+    "averagepool_64x64": lambda: _pool("AveragePool", ("N", 3, 64, 64), ("N", 3, 1, 1), kernel_shape=[64, 64]),
+    # HF EfficientNet's AvgPool2d(hidden_dim, ceil_mode=True) over a small map: the zoo's refused family.
+    "averagepool_320x320_ceil": lambda: _pool("AveragePool", ("N", 3, 8, 8), ("N", 3, 1, 1), kernel_shape=[320, 320],
+                                              strides=[320, 320], ceil_mode=1),
     "averagepool_3x3": lambda: _pool("AveragePool", ("N", 3, 8, 8), ("N", 3, 6, 6), kernel_shape=[3, 3]),
     "lppool_2d": lambda: _pool("LpPool", ("N", 3, 8, 8), ("N", 3, 7, 7), kernel_shape=[2, 2]),
     "eyelike_dynamic": lambda: model([helper.make_node("EyeLike", ["x"], ["y"], name="eye")], [vi("x", shape=("N", "M"))],

@@ -220,3 +220,13 @@ def test_check_command_bad_input_is_exit_2(tmp_path, make):
     path = make(tmp_path / "m.onnx")
     code, _, err = run_main("check", str(path))
     assert code == 2 and err.startswith("error: ") and "hint: " in err and "Traceback" not in err
+
+
+def test_a_pooling_window_of_100000_elements_or_more():
+    # HF EfficientNet pools with AvgPool2d(hidden_dim): a 320x320 window here, which TensorRT's addPoolingNd
+    # refuses (the zoo sweep through TensorRT-RTX); the matrix said nothing (issue 29's false pass).
+    x = vi("x", shape=("N", 3, 8, 8))
+    for k, expected in ((316, []), (317, [("pool", "pooling")])):
+        m = model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[k, k], strides=[k, k], ceil_mode=1,
+                                    name="pool")], [x], [vi("y", shape=("N", 3, 1, 1))])
+        assert rules(m) == expected

@@ -12,12 +12,13 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 | dtype       | an element type TensorRT has no DataType for (INT16, UINT32, STRING, ...) | operators.md, line 7; pyFoundationalTypes.cpp DataType |
 | q/dq        | DequantizeLinear of a non INT8/FP8/INT4 input (onnxruntime's INT32 bias), a non-zero zero point, a UINT8 QuantizeLinear, a per-channel axis outside the input, a scale of rank > 1 without block_size | operators.md rows DequantizeLinear/QuantizeLinear; NVIDIA/TensorRT#4542 |
 | constant    | inputs documented "must be an initializer / constant" that are computed at run time | operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot) |
-| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 2D/3D | operators.md rows AveragePool, MaxPool, LpPool |
+| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 2D/3D, a window of 100000+ elements | operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured) |
 | static      | EyeLike on an input with a dynamic dim                        | operators.md row EyeLike |
 | data-dependent | a graph output whose shape comes from input values (NonZero, NMS, a Slice/Pad/Reshape sized by a computed value, as the unpad rewrite does): TensorRT builds it, optcli's runner refuses it (no IOutputAllocator) | optcli/backends/tensorrt/runner.py `_set_shapes`; shape_flow.py |
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ _CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axe
                                                   "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
                                                   "ReduceSumSquare")}}
 _POOLS = ("AveragePool", "MaxPool", "LpPool")
+# INetworkDefinition::addPoolingNd refuses a window of this many elements or more (316x316 built, 317x317 did
+# not, TensorRT-RTX 1.7.1 here): the condition is volume(windowSize) < maxKernelDimsProduct.
+MAX_POOL_WINDOW = 100_000
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops whose first input is a shape, not the "T" the matrix's type column describes (ConstantOfShape's
 # column is the type of its `value`), and NonZero, whose data-dependent finding already covers it.
@@ -279,4 +283,10 @@ def _check_pool(index: int, node: Any, g: _Graph) -> list[Finding]:
     shape = g.shapes.get(node.input[0])
     if shape is not None and len(shape) not in (4, 5):
         found.append(_finding(index, node, "pooling", f"{len(shape) - 2}D pooling; TensorRT pools 2D or 3D only"))
+    kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+    if kernel and math.prod(kernel) >= MAX_POOL_WINDOW:
+        found.append(_finding(index, node, "pooling", f"window {'x'.join(map(str, kernel))} ({math.prod(kernel)} "
+                              f"elements); TensorRT's pooling takes fewer than {MAX_POOL_WINDOW} (HF EfficientNet's "
+                              "AvgPool2d(hidden_dim) is one)", "TensorRT-RTX 1.7.1 parser, measured: addPoolingNd "
+                              "volume(windowSize) < maxKernelDimsProduct"))
     return found
