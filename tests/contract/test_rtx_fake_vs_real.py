@@ -33,6 +33,20 @@ def test_the_fake_refuses_wherever_the_real_parser_refuses(rtx, tmp_path, name):
         assert not fake, f"the fake refuses {name} ({fake[0]['message']}), which the real parser takes"
 
 
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_the_documented_matrix_agrees_with_the_real_parser(rtx, tmp_path, name):
+    """The matrix is the fallback where no parser is installed: on the corpus it now says what NVIDIA's
+    parser says (it refused 1D pooling, computed Unsqueeze axes and INT64 CumSum, and passed Resize
+    antialias and EfficientNet's pooling window). optcli's own data-dependent rule is not the parser's."""
+    from optcli.backends.tensorrt.preflight import check_file
+
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(CORPUS[name](), str(path))
+    real = parse_issues(rtx, path, rounds=1)
+    matrix = [f for f in check_file(path, "tensorrt-rtx", str(rtx.__version__)) if f.rule != "data-dependent"]
+    assert bool(matrix) == bool(real), (real[:1], [f.describe() for f in matrix])
+
+
 def optcli_graphs(out: Path) -> list[Path]:
     """Every ONNX graph a compile wrote into its stage folders."""
     return sorted(p for p in out.glob("[0-9][0-9]-*/*.onnx"))

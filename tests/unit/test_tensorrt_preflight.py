@@ -103,17 +103,17 @@ def test_qdq_rules():
 
 
 def test_inputs_that_must_be_constants():
-    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-    ok = model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")], [vi("x")], [vi("y", shape=("N", 1, 4))],
-               [axes])
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    ok = model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="c")], [vi("x")], [vi("y")], [axis])
     assert check_model(ok) == []
     computed = model([helper.make_node("Shape", ["x"], ["s"], name="shape"),
-                      helper.make_node("Slice", ["s", "st", "en"], ["a"], name="slice_axes"),
-                      helper.make_node("Unsqueeze", ["x", "a"], ["y"], name="u")],
-                     [vi("x")], [vi("y", shape=("N", 1, 4))],
-                     [numpy_helper.from_array(np.array([0], np.int64), "st"),
-                      numpy_helper.from_array(np.array([1], np.int64), "en")])
-    assert ("u", "constant") in rules(computed)
+                      helper.make_node("Slice", ["s", "st", "en"], ["a"], name="slice_axis"),
+                      helper.make_node("Squeeze", ["a"], ["a0"], name="scalar"),
+                      helper.make_node("CumSum", ["x", "a0"], ["y"], name="c")],
+                     [vi("x")], [vi("y")],
+                     [numpy_helper.from_array(np.array([1], np.int64), "st"),
+                      numpy_helper.from_array(np.array([2], np.int64), "en")])
+    assert ("c", "constant") in rules(computed)
 
 
 def test_pooling_rules():

@@ -63,7 +63,8 @@ OPS: dict[str, tuple[bool, tuple[str, ...], str]] = {
     'ConvTranspose': (True, ('FP32', 'FP16', 'BF16'), ''),
     'Cos': (True, ('FP32', 'FP16', 'BF16'), ''),
     'Cosh': (True, ('FP32', 'FP16', 'BF16'), ''),
-    'CumSum': (True, ('FP32', 'FP16', 'BF16'), 'axis must be an initializer'),
+    # INT32/INT64 measured: TensorRT-RTX 1.7.1 parsed RoBERTa's CumSum over its INT64 mask (not in 10.1's table).
+    'CumSum': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64'), 'axis must be an initializer'),
     'DFT': (False, (), ''),
     'DepthToSpace': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64'), ''),
     'DequantizeLinear': (True, ('INT8', 'FP8', 'INT4'), 'x_zero_point must be zero'),
@@ -221,6 +222,10 @@ OPS: dict[str, tuple[bool, tuple[str, ...], str]] = {
     'Where': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64', 'BOOL'), ''),
     'Xor': (True, ('BOOL',), ''),
 }
+
+# Documented Y for TensorRT, but TensorRT-RTX imports them through a plugin it does not ship: its 1.7.1
+# parser refused NonZero with "NonZero plugin creator ... not found" (measured here).
+RTX_REFUSED = {"NonZero": "TensorRT-RTX imports NonZero through a plugin it does not ship"}
 
 
 def opset_window(toolkit: str | None = None, version: str | None = None) -> tuple[int, int]:

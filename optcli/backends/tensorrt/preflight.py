@@ -12,7 +12,8 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 | dtype       | an element type TensorRT has no DataType for (INT16, UINT32, STRING, ...) | operators.md, line 7; pyFoundationalTypes.cpp DataType |
 | q/dq        | DequantizeLinear of a non INT8/FP8/INT4 input (onnxruntime's INT32 bias), a non-zero zero point, a UINT8 QuantizeLinear, a per-channel axis outside the input, a scale of rank > 1 without block_size | operators.md rows DequantizeLinear/QuantizeLinear; NVIDIA/TensorRT#4542 |
 | constant    | inputs documented "must be an initializer / constant" that are computed at run time | operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot) |
-| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 2D/3D, a window of 100000+ elements | operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured) |
+| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 1D/2D/3D, a window of 100000+ elements | operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured) |
+| attribute   | Resize with antialias = 1 | operators.md row Resize |
 | static      | EyeLike on an input with a dynamic dim                        | operators.md row EyeLike |
 | data-dependent | a graph output whose shape comes from input values (NonZero, NMS, a Slice/Pad/Reshape sized by a computed value, as the unpad rewrite does): TensorRT builds it, optcli's runner refuses it (no IOutputAllocator) | optcli/backends/tensorrt/runner.py `_set_shapes`; shape_flow.py |
 """
@@ -23,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from optcli.backends.tensorrt.onnx_support import NEWER_OPS, OPS, QUANTIZED_TYPES, SOURCE, opset_window, \
-    supports_newer_ops
+from optcli.backends.tensorrt.onnx_support import NEWER_OPS, OPS, QUANTIZED_TYPES, RTX_REFUSED, SOURCE, \
+    opset_window, supports_newer_ops
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
 # attempt to cast DOUBLE down to FLOAT" (operators.md notes), so it is checked as FP32.
@@ -35,8 +36,9 @@ _ONNX_TYPE = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5:
               15: "COMPLEX128", 16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2",
               20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
 # Inputs operators.md requires to be build-time constants: op -> (input index, what it is).
-_CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axes"), "Squeeze": (1, "axes"),
-                    "Unsqueeze": (1, "axes"), "OneHot": (1, "depth"),
+# Squeeze/Unsqueeze axes computed at run time import since 10.7 (onnx-tensorrt changelog "dynamic axes
+# support for Squeeze and Unsqueeze"; TensorRT-RTX 1.7.1 parsed them here): no longer listed.
+_CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axes"), "OneHot": (1, "depth"),
                     **{op: (1, "axes") for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
                                                   "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
                                                   "ReduceSumSquare")}}
@@ -130,6 +132,8 @@ def check_model(model: Any, toolkit: str | None = None, version: str | None = No
     newer = supports_newer_ops(toolkit, version)
     for index, node in enumerate(model.graph.node):
         findings.extend(_check_node(index, node, graph, newer))
+        if toolkit == "tensorrt-rtx" and node.op_type in RTX_REFUSED and node.domain in _DEFAULT_DOMAINS:
+            findings.append(_finding(index, node, "op", RTX_REFUSED[node.op_type], "TensorRT-RTX 1.7.1 parser, measured"))
     findings.extend(_data_dependent(model))
     findings.sort(key=lambda f: -1 if f.node is None else f.node)
     return [f for f in findings if rules is None or f.rule in rules]
@@ -200,6 +204,8 @@ def _check_node(index: int, node: Any, g: _Graph, newer: bool = True) -> list[Fi
                                   f"time; TensorRT needs it as an initializer (restriction: {entry[2]})"))
     if node.op_type in _POOLS:
         found.extend(_check_pool(index, node, g))
+    if node.op_type == "Resize" and any(a.name == "antialias" and a.i for a in node.attribute):
+        found.append(_finding(index, node, "attribute", "antialias = 1; TensorRT's Resize does not antialias"))
     if node.op_type == "EyeLike" and None in g.shapes.get(node.input[0], (None,)):
         found.append(_finding(index, node, "static", "its input has a dynamic dim; TensorRT needs it static"))
     return found
@@ -281,8 +287,9 @@ def _check_pool(index: int, node: Any, g: _Graph) -> list[Finding]:
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] in g.used:
         found.append(_finding(index, node, "pooling", "its Indices output is used; TensorRT does not produce it"))
     shape = g.shapes.get(node.input[0])
-    if shape is not None and len(shape) not in (4, 5):
-        found.append(_finding(index, node, "pooling", f"{len(shape) - 2}D pooling; TensorRT pools 2D or 3D only"))
+    # 1D pools import too (the importer pools them as 2D: TensorRT-RTX 1.7.1 parsed a 1D MaxPool here).
+    if shape is not None and len(shape) not in (3, 4, 5):
+        found.append(_finding(index, node, "pooling", f"{len(shape) - 2}D pooling; TensorRT pools 1D, 2D or 3D only"))
     kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
     if kernel and math.prod(kernel) >= MAX_POOL_WINDOW:
         found.append(_finding(index, node, "pooling", f"window {'x'.join(map(str, kernel))} ({math.prod(kernel)} "
