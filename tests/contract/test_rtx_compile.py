@@ -175,3 +175,15 @@ def test_int8_keeps_the_float_parts_fp32_where_fp16_cannot_hold_the_activations(
     assert code == 0, err
     flavour = stage(read_report(out), "quantize-int8")["details"]["flavour"]
     assert flavour["float_parts"] == "fp32" and flavour["fp16_missed"]["accuracy"]["cosine_mean"] < 0.5
+
+
+def test_an_engine_built_ahead_of_time_is_taken_from_the_engine_cache(rtx, rtx_encoder, tmp_path, engine_cache):
+    """Cache entries were validated by deserializing them, which needs a GPU: every TensorRT-RTX lookup on
+    this machine said 'corrupt' and rebuilt. They are trusted on metadata and sha256 where none is."""
+    path, _ = rtx_encoder
+    for out, expected in ((tmp_path / "a", "miss"), (tmp_path / "b", "hit")):
+        code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench")
+        assert code == 0, err
+        details = stage(read_report(out), "build-tensorrt")["details"]
+        assert details["engine_cache"]["status"] == expected, details["engine_cache"]
+    assert details["built_now"] is False

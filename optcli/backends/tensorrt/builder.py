@@ -357,8 +357,13 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
         def validate(data: bytes, meta: EngineMetadata) -> str | None:
             return _validate(trt, data, meta)
 
+        # An engine built ahead of time (no GPU in the machine: TensorRT-RTX) cannot be deserialized here
+        # (CUDA error 35 without a driver): it is trusted on its metadata and sha256, not re-opened, or
+        # every lookup would call it corrupt and rebuild it.
+        ahead_of_time = machine.gpu is None and machine.toolkit != "tensorrt"
         lookup = cache.lookup(key, tensorrt_version=machine.tensorrt_version, gpu=machine.gpu,
-                              compute_capability=machine.compute_capability, validate=validate, cuda=machine.cuda)
+                              compute_capability=machine.compute_capability,
+                              validate=None if ahead_of_time else validate, cuda=machine.cuda)
         if lookup.status == "hit" and lookup.engine_bytes is not None and lookup.metadata is not None:
             return Obtained(lookup.engine_bytes, lookup.metadata, {**lookup.to_json(), "key": key,
                                                                    "dir": str(cache.entry(key))})
