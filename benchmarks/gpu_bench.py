@@ -161,7 +161,7 @@ def build(trt: Any, onnx_path: Path, batch_max: int, machine: Any, work: Path) -
     from optcli.onnx_model import io_specs
     from optcli.backends.tensorrt.builder import obtain_engine
     from optcli.backends.tensorrt.options import TensorRTConfig
-    from optcli.backends.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.graph_check import require_clean
     from optcli.backends.tensorrt.profiles import build_profiles
 
     require_clean(onnx_path, f"{onnx_path.name}")  # what the parser would refuse, said by node, before building

@@ -28,7 +28,14 @@ from typing import Any
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, parse_input_spec
 
-TARGETS = ("auto", "cpu", "tensorrt")
+def _targets() -> tuple[str, ...]:
+    from optcli.backends.registry import targets
+
+    return ("auto", "cpu", *sorted(targets()))
+
+
+# auto, cpu, then each backend's own (tensorrt, tensorrt-rtx): the registry names them.
+TARGETS = _targets()
 
 
 class Freezable:

@@ -123,6 +123,8 @@ class Pipeline:
         if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
             ctx.facts["deadline"] = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
+        for stage in stages:  # what a stage's turn would refuse (a profile without a range) fails now
+            stage.check_plan()
         report = RunReport(
             optcli_version=__version__,
             model={"path": str(source.path), "spec": source.spec, "format": source.format,

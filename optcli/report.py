@@ -193,6 +193,8 @@ def to_markdown(report: RunReport) -> str:
         lines += ["", "## Final artifact", "",
                   f"- `{f['artifact']}` ({f['precision']}, {f['backend']}, {f.get('size_bytes', 0) / 1e6:.2f} MB)"]
         dep = f.get("latency_ms")
+        if f.get("not_measured"):
+            lines.append(f"- latency: not measured: {f['not_measured']}")
         if dep:
             lines.append(f"- deployed latency ({dep['runtime']}, graph optimization "
                          f"{dep['settings'].get('graph_optimization', '-')}): p50 {dep['p50']:.3f} ms, "

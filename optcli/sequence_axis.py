@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optcli.tensor_spec import TensorSpec
+from optcli.targets import tensorrt_family
 
 # input name -> the sequence it follows (one symbol per group: a mask is as long as its ids)
 GROUPS = {"input_ids": "sequence", "attention_mask": "sequence", "token_type_ids": "sequence",
@@ -51,7 +52,7 @@ class SequenceAxis:
 def sequence_axis(specs: list[TensorSpec], pinned: list[TensorSpec], module: Any,
                   target: str) -> SequenceAxis | None:
     """The sequence axis to export, or None where it stays static (no text inputs, a pin, TensorRT)."""
-    if target == "tensorrt":
+    if tensorrt_family(target):
         return None
     inputs = {s.name: GROUPS[s.name] for s in specs
               if s.name in GROUPS and len(s.shape) == 2 and isinstance(s.shape[1], int)

@@ -35,6 +35,19 @@ class Measurements:
     def __init__(self, config: CompileConfig) -> None:
         self.config = config
         self._latency: dict[tuple[str, str], LatencyStats] = {}
+        self._blocked: dict[str, str | None] = {}
+
+    def not_runnable(self, artifact: Artifact) -> str | None:
+        """Why `artifact` cannot run on this machine (a TensorRT-RTX engine without an RTX GPU: built ahead
+        of time), asked of its backend once per run; None where it can."""
+        from optcli.backends.registry import all_backends, load_object
+
+        backend = next((b for b in all_backends() if artifact.format in b.formats), None)
+        if backend is None or backend.runs_here is None:  # e.g. the user's PyTorch source
+            return None
+        if backend.name not in self._blocked:
+            self._blocked[backend.name] = load_object(backend.runs_here)()
+        return self._blocked[backend.name]
 
     def bench_key(self) -> str:
         """What a cached stage's measurements depend on: reused only when this is unchanged."""
@@ -123,7 +136,7 @@ class Measurements:
         which a full one of the same artifact and setting also answers. On `runner` where one is open
         at `optimization` (not closed here)."""
         bench = self.config.bench
-        if not bench.enabled:
+        if not bench.enabled or self.not_runnable(artifact):
             return None
         key = self._key(ctx, artifact, optimization, full)
         answers = [key] if full else [self._key(ctx, artifact, optimization, True), key]  # full answers a row
@@ -175,6 +188,12 @@ class Measurements:
         if after.format == ONNX:
             g = graph_summary(after.path)
             record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
+        blocked = self.not_runnable(after)
+        if blocked:  # built ahead of time for hardware this machine lacks: said, not failed
+            record.details["not_measured"] = blocked
+            record.latency_ms = {"before": None, "after": None}
+            record.accuracy = accuracy
+            return
         # One session of the new artifact for its latency and its accuracy (a BERT-base session costs a
         # second): the accuracy of a row is taken at the row's setting, the graph as the stage wrote it.
         shared = None
@@ -202,7 +221,9 @@ class Measurements:
             rel = artifact.path.resolve().relative_to(ctx.out_dir.resolve())
         except ValueError:
             pass
+        blocked = self.not_runnable(artifact)
         return {"artifact": str(rel), "format": artifact.format, "precision": artifact.precision,
+                **({"not_measured": blocked} if blocked else {}),
                 "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
                 "flavour": artifact.meta.get("flavour"),
                 "runner_options": artifact.meta.get("runner_options", {}),

@@ -1,4 +1,5 @@
-"""Which target a run builds for: cpu, or tensorrt where an NVIDIA GPU and TensorRT both work."""
+"""Which target a run builds for: cpu, or a backend's own target (tensorrt where an NVIDIA GPU and TensorRT
+both work; tensorrt-rtx wherever TensorRT-RTX's builder is installed)."""
 from __future__ import annotations
 
 
@@ -14,17 +15,24 @@ def tensorrt_available() -> tuple[bool, str]:
 def resolve_target(requested: str) -> tuple[str, str]:
     """The target to build for and why: `auto` picks tensorrt when usable, else cpu.
 
-    `tensorrt` where it is not usable raises TensorRTUnavailableError (exit code 4) naming what is
-    missing and how to install it, before any stage runs.
+    A backend's target (tensorrt, tensorrt-rtx) where it is not usable raises its error (exit code 4)
+    naming what is missing and how to install it, before any stage runs.
     """
-    if requested == "tensorrt":
-        from optcli.backends.tensorrt.probe import TensorRTUnavailableError, tensorrt_status
+    from optcli.backends.registry import for_target, load_object
 
-        status = tensorrt_status()
-        if not status.usable:
-            raise TensorRTUnavailableError(status)
-        return "tensorrt", status.summary()
+    backend = for_target(requested)
+    if backend is not None and backend.target_check:
+        return requested, load_object(backend.target_check)()
     if requested != "auto":
         return requested, f"asked for {requested}"
     ok, reason = tensorrt_available()
     return ("tensorrt", reason) if ok else ("cpu", reason)
+
+
+def tensorrt_family(target: str) -> bool:
+    """Whether `target` ends in a TensorRT engine (tensorrt, tensorrt-rtx): the ONNX stages then prepare the
+    graph for TensorRT's parser (plain ONNX ops, symmetric s8 Q/DQ, profiles for every dynamic dim)."""
+    from optcli.backends.registry import for_target
+
+    backend = for_target(target)
+    return backend is not None and backend.toolkit is not None

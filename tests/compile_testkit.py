@@ -248,6 +248,43 @@ def make_masked_encoder(path: Path, vocab: int = 50, hidden: int = 8, seq: int =
     return path
 
 
+def make_eager_attention(path: Path, batch: int = 2, seq: int = 8, hidden: int = 16, heads: int = 2) -> Path:
+    """One hand-written multi-head self-attention block at static shapes (Q/K/V MatMul+Add, Reshape,
+    Transpose, scaled QK, Softmax, context, output MatMul+Add): onnxsim 0.8's fuse_attention pass turns it
+    into one com.microsoft Attention node."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    head = hidden // heads
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, hidden)) * 0.3).astype(np.float32), n)
+             for n in ("Wq", "Wk", "Wv", "Wo")]
+    inits += [numpy_helper.from_array(np.zeros(hidden, np.float32), n) for n in ("Bq", "Bk", "Bv", "Bo")]
+    inits += [numpy_helper.from_array(np.array([batch, seq, heads, head], np.int64), "heads_shape"),
+              numpy_helper.from_array(np.array([batch, seq, hidden], np.int64), "out_shape"),
+              numpy_helper.from_array(np.array(np.sqrt(head), np.float32), "scale")]
+    nodes = []
+    for n, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("MatMul", ["x", f"W{n}"], [f"{n}_mm"]),
+                  helper.make_node("Add", [f"{n}_mm", f"B{n}"], [f"{n}_b"]),
+                  helper.make_node("Reshape", [f"{n}_b", "heads_shape"], [f"{n}_r"]),
+                  helper.make_node("Transpose", [f"{n}_r"], [n], perm=perm)]
+    nodes += [helper.make_node("MatMul", ["q", "k"], ["scores"]), helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_r"]),
+              helper.make_node("MatMul", ["ctx_r", "Wo"], ["out"]), helper.make_node("Add", ["out", "Bo"], ["y"])]
+    graph = helper.make_graph(nodes, "eager_attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, seq, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, seq, hidden])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def make_foldable(path: Path) -> Path:
     """X (batch, 2, 2) -> flatten by a Shape/Gather/Concat/Reshape chain that depends on the dynamic batch,
     then @ (W1 + W2) (constant: folded), an Identity (removed), Relu; plus a dead Neg node (removed)."""

@@ -44,6 +44,7 @@ from optcli.errors import MissingDependencyError, UsageError
 BACKEND_MODULES: tuple[str, ...] = (
     "optcli.backends.onnxruntime",
     "optcli.backends.openvino",
+    "optcli.backends.tensorrt_rtx",     # before tensorrt: both open .engine files, its format_of tells them apart
     "optcli.backends.tensorrt",
     "optcli.backends.inductor",
     "optcli.backends.torch",
@@ -84,6 +85,14 @@ class Backend:
                                                 # converted model, a compiled one): the fast search skips them
                                                 # on models over 2 GB (optcli/cpu/search_run.py)
     gpu_recipes: tuple[str, ...] = ()           # "module:attribute" what builds its artifacts on a GPU
+    target: str | None = None                   # the --target whose pipeline ends in building its artifact
+    target_check: str | None = None             # "module:function" () -> str: why the target is usable here
+                                                # (a summary), raising an OptcliError (exit 4) where it is not
+    toolkit: str | None = None                  # "module:TOOLKIT" the NVIDIA builder it builds with
+                                                # (optcli.backends.tensorrt.toolkit): the ONNX stages then
+                                                # prepare the graph for TensorRT's parser
+    runs_here: str | None = None                # "module:function" () -> str | None: why its artifacts cannot
+                                                # run on this machine (latency "not measured"), None: they can
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
     triton_platform: str | None = None          # Triton's name for it: platform (or backend) in config.pbtxt
     triton: str | None = None                   # "module:TRITON" its optcli.deploy TritonBackend piece
@@ -192,12 +201,25 @@ def for_path(path: Path) -> tuple[Backend, str] | None:
 
 def for_folder(folder: Path) -> tuple[Backend, Path] | None:
     """(backend, model file) of a folder that holds one backend's artifact (a TensorRT engine cache
-    entry's model.engine), or None."""
+    entry's model.engine), or None. Where two backends name the same file, a backend's format_of
+    (if any) must recognise it, as for_path does."""
     for backend in all_backends():
         for name in backend.folder_files:
-            if (folder / name).is_file():
-                return backend, folder / name
+            path = folder / name
+            if path.is_file() and (backend.format_of is None or load_object(backend.format_of)(path) is not None):
+                return backend, path
     return None
+
+
+def for_target(target: str) -> Backend | None:
+    """The backend whose build ends the pipeline for --target `target` (tensorrt, tensorrt-rtx), or None
+    (cpu, auto: build-cpu chooses among the CPU backends)."""
+    return next((b for b in all_backends() if b.target == target), None)
+
+
+def targets() -> tuple[str, ...]:
+    """Every --target a backend ends the pipeline for, in registration order."""
+    return tuple(b.target for b in all_backends() if b.target)
 
 
 def is_onnx_file(path: Path) -> bool:

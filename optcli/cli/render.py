@@ -34,7 +34,7 @@ class Progress:
         elif event == "stage_end":
             style = _STATUS_STYLE.get(data["status"], "")
             secs = f"{data['seconds']:.2f}s" if data.get("seconds") is not None else ""
-            reason = f" ({data['reason']})" if data.get("reason") else ""
+            reason = f" ({escape(data['reason'])})" if data.get("reason") else ""
             self.console.print(f"  [{style}]{data['status']:>8}[/] {data['name']:<16} {secs}{reason}")
         elif event == "run_end":
             self.stop()
@@ -114,6 +114,8 @@ def final_lines(report: RunReport) -> list[str]:
     lines = ([loaded] if loaded else []) + [
         f"final: {f['artifact']} ({f['precision']}, {f['backend']}, {f['size_bytes'] / 1e6:.2f} MB)"]
     dep, ref = f.get("latency_ms"), f.get("reference_latency_ms")
+    if f.get("not_measured"):
+        lines.append(f"  latency: not measured: {f['not_measured']}")
     if dep:
         lines.append(f"  p50 {dep['p50']:.3f} ms  p90 {dep['p90']:.3f} ms  p99 {dep['p99']:.3f} ms  "
                      f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")

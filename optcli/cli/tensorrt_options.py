@@ -68,6 +68,11 @@ def tensorrt_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Engine cache folder [~/.cache/optcli/tensorrt/engines]."),
         click.option("--no-engine-cache", "trt_no_engine_cache", is_flag=True, expose_value=False,
                      callback=_store("no_engine_cache"), help="Always build the engine; do not read or write the cache."),
+        click.option("--max-seq", "trt_max_seq", type=click.IntRange(1, None), expose_value=False,
+                     callback=_store("max_seq"),
+                     help="TensorRT: top of a dynamic sequence dim's range (1..N) [the length optcli runs at]."),
+        click.option("--no-fp16", "trt_no_fp16", is_flag=True, expose_value=False, callback=_store("no_fp16"),
+                     help="TensorRT --int8: keep the float parts FP32 (default: FP16 where no Q/DQ stands)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -83,6 +88,8 @@ def apply_tensorrt_options(ctx: click.Context, config: Any) -> None:
         return
     if flags.pop("no_engine_cache", False):
         flags["engine_cache_enabled"] = False
+    if flags.pop("no_fp16", False):
+        flags["int8_fp16"] = False
     for key, value in flags.items():
         set_option(config, f"{SECTION}.{key}", value)
     config.extra[SECTION] = tensorrt_config(config)  # typed (and checked) once the flags are in

@@ -80,9 +80,11 @@ def check_request(config: Any, target: str) -> CpuConfig:
     precision only an absent backend computes in (BF16 without OpenVINO)."""
     cfg = cpu_config(config)
     precision = config.quantize.precision
-    if target == "tensorrt":
+    from optcli.targets import tensorrt_family
+
+    if tensorrt_family(target):
         if cfg.backend != "auto":
-            raise UsageError(f"--backend {cfg.backend} picks a CPU backend, but the target is tensorrt",
+            raise UsageError(f"--backend {cfg.backend} picks a CPU backend, but the target is {target}",
                              hint="use --target cpu with --backend, or drop --backend")
         return cfg
     if cfg.backend != "auto":

@@ -107,14 +107,16 @@ def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def expose_tensors(path: Path, tensors: list[str]) -> Path:
-    """A copy of the model with `tensors` added as float graph outputs (beside the model)."""
+    """A copy of the model with `tensors` added as graph outputs of their own element type (float where
+    unknown; an INT8 graph with an FP16 base has FP16 tensors inside), beside the model."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)  # the copy sits beside `path`: same weights file
     have = {o.name for o in model.graph.output}
+    types = _element_types(model)
     for t in tensors:
         if t not in have:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None))
+            model.graph.output.append(onnx.helper.make_tensor_value_info(t, types.get(t, onnx.TensorProto.FLOAT), None))
     out = path.with_name(path.stem + ".probe.onnx")
     onnx.save_model(model, str(out))
     return out
@@ -129,3 +131,16 @@ def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: Samp
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary
+
+
+def _element_types(model: Any) -> dict[str, int]:
+    """Tensor name -> ONNX element type, from ONNX shape inference ({} where it fails)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - inference is a help: the exposed outputs then say float
+        return {}
+    g = inferred.graph
+    return {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info) + list(g.output) + list(g.input)
+            if vi.type.tensor_type.elem_type}

@@ -17,6 +17,7 @@ from optcli.calibration.dataset import SampleSet
 from optcli.quantize.evaluate import evaluate
 from optcli.quantize.fallback_search import FallbackSearch, SearchResult, Trial
 from optcli.quantize.flavour import Flavour
+from optcli.quantize.fp16_base import RUNNER_OPTIONS as FP16_RUNNER_OPTIONS, cast_float_parts_to_fp16
 from optcli.quantize.int8 import int8_op_counts, quantize
 from optcli.quantize.latency_share import node_time_shares
 from optcli.quantize.qdq_strip import strip_input_qdq
@@ -38,12 +39,20 @@ class Quantizer:
     method: str
     manual: list[str]
     members: dict[str, tuple[str, ...]]  # unit id -> the nodes it keeps in float
+    fp16_base: bool = False   # the float parts in FP16 (TensorRT --int8: quantize/fp16_base.py)
+
+    @property
+    def runner_options(self) -> dict[str, Any] | None:
+        """onnxruntime options the written graph is evaluated with (None: the defaults)."""
+        return dict(FP16_RUNNER_OPTIONS) if self.fp16_base else None
 
     def write(self, dst: Path, excluded: list[str] | frozenset[str]) -> dict[str, int]:
         nodes = {n for u in excluded for n in self.members.get(u, (u,))} | set(self.manual)
         counts = quantize(self.fp32, dst, self.flavour, self.ranges, self.method, sorted(nodes))
         if nodes and self.flavour.static and strip_input_qdq(dst, nodes):
             counts = int8_op_counts(dst)
+        if self.fp16_base:
+            cast_float_parts_to_fp16(dst)
         return counts
 
 
@@ -67,7 +76,7 @@ def run_fallback(qz: Quantizer, int8_model: Path, units: list[Unit], total_flops
     trial_path = workdir / "fallback-trial.onnx"
 
     def judge(path: Path) -> tuple[dict[str, Any], bool]:
-        acc = evaluate(path, sub_ref, sub)
+        acc = evaluate(path, sub_ref, sub, runner_options=qz.runner_options)
         return acc, check_tolerance(acc, tol.cosine, tol.max_abs, tol.top1) is None
 
     def trial(excluded: frozenset[str]) -> tuple[dict[str, Any], bool]:

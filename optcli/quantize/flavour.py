@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optcli.errors import UsageError
+from optcli.targets import tensorrt_family
 
 FLAVOURS = ("qdq-s8s8", "qdq-u8s8", "dynamic")
 # Ops whose inputs get Q/DQ pairs. Quantizing only the heavy ops was both faster and more accurate
@@ -53,7 +54,7 @@ TABLE = {
 
 def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
     """`auto`: TensorRT gets s8/s8 Q/DQ; on a CPU, encoders get dynamic INT8 and the rest u8/s8 Q/DQ."""
-    if requested in ("qdq", "auto") and target == "tensorrt":
+    if requested in ("qdq", "auto") and tensorrt_family(target):
         return TABLE["qdq-s8s8"]
     if requested == "auto":
         return TABLE["dynamic" if is_encoder else "qdq-u8s8"]
@@ -61,7 +62,7 @@ def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
         return TABLE["qdq-u8s8"]
     if requested not in TABLE:
         raise UsageError(f"unknown INT8 flavour {requested!r}", hint=f"use auto, qdq, or one of {', '.join(FLAVOURS)}")
-    if target == "tensorrt" and requested != "qdq-s8s8":
+    if tensorrt_family(target) and requested != "qdq-s8s8":
         raise UsageError(f"INT8 flavour {requested} does not build into TensorRT",
                          hint="TensorRT takes symmetric int8 Q/DQ only: use --int8-flavour qdq-s8s8 (or auto)")
     return TABLE[requested]

@@ -26,13 +26,14 @@ from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
 from optcli.quantize.module_names import node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
+from optcli.targets import tensorrt_family
 
 
-def _quick_latency(path: Path, samples: SampleSet) -> float:
+def _quick_latency(path: Path, samples: SampleSet, options: dict[str, Any] | None = None) -> float:
     """p50 ms at batch 1 (ORT, all optimizations): the before/after figure of the fallback."""
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
-    runner = OnnxRuntimeRunner(path)
+    runner = OnnxRuntimeRunner(path, **(options or {}))
     try:
         feeds = runner.normalize(samples.take(slice(0, 1)).arrays)
         stats = stats_from_samples(time_calls(lambda: runner.run_normalized(feeds), runs=30, min_seconds=0.3,
@@ -52,7 +53,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
     `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
-    from optcli.backends.tensorrt.preflight import require_clean
+    from optcli.backends.tensorrt.graph_check import require_clean
 
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
@@ -72,24 +73,35 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
     reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
-    session = {"runner_options": {"threads": ctx.config.bench.threads}, "pool": ctx.runners}  # the row's
     out = workdir / "model.onnx"
-    qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units})
+    qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units},
+                   fp16_base=fp16_base(ctx, flavour))
+    session = {"runner_options": {"threads": ctx.config.bench.threads, **(qz.runner_options or {})},
+               "pool": ctx.runners}  # the row's
     counts = qz.write(out, [])
     first = evaluate(out, reference, ev, **session)
     failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
+    fp16_missed = None
+    if failure is not None and qz.fp16_base:
+        # FP16 cannot hold every model's activations (a random-weights MobileNetV2's outputs are ~1e-26,
+        # zero in FP16): before searching units to keep in float, try the float parts in FP32.
+        fp16_missed = {"accuracy": _brief(first), "failure": failure}
+        qz.fp16_base = False
+        counts = qz.write(out, [])
+        first = evaluate(out, reference, ev, **session)
+        failure = check_tolerance(first, tol.cosine, tol.max_abs, tol.top1)
     fallback = None
     excluded: list[str] = []
     float_nodes: set[str] = set()
     deferred = failure is not None and q.fallback and bool(units) and defer_fallback
     if failure is not None and q.fallback and units and not deferred:
-        latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev)}
+        latency = {"fp32": _quick_latency(fp32, ev), "before": _quick_latency(out, ev, qz.runner_options)}
         result, fallback = run_fallback(qz, out, units, total_flops, reference, ev, tol, q.fallback_budget, workdir)
         excluded = sorted(result.best.excluded)
         float_nodes = {n for u in units if u.node in result.best.excluded for n in u.nodes}
         if excluded:
             counts = qz.write(out, excluded)
-        latency["after"] = _quick_latency(out, ev) if excluded else latency["before"]
+        latency["after"] = _quick_latency(out, ev, qz.runner_options) if excluded else latency["before"]
         fallback.update(accuracy_before=_brief(first), latency_p50_ms_fp32=latency["fp32"],
                         latency_p50_ms_before=latency["before"], latency_p50_ms_after=latency["after"])
         if excluded and latency["after"] >= latency["fp32"]:
@@ -113,7 +125,9 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
     remove_onnx(fp32)
-    details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour)}, "calibration": calib_info,
+    details = {"flavour": {**flavour.to_json(), "weights_7bit": reduce_range(flavour),
+                           "float_parts": "fp16" if qz.fp16_base else "fp32",
+                           **({"fp16_missed": fp16_missed} if fp16_missed else {})}, "calibration": calib_info,
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
@@ -123,12 +137,21 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
-    if ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
+    if tensorrt_family(ctx.target):  # caught here, on any machine, not by the parser on a GPU
         require_clean(out, "the INT8 ONNX")
     return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
-                     meta={"flavour": f"int8-{flavour.name}", **({"fallback_deferred": True} if deferred else {}),
+                     meta={"flavour": f"int8-{flavour.name}" + ("+fp16" if qz.fp16_base else ""),
+                           **({"runner_options": qz.runner_options} if qz.runner_options else {}),
+                           **({"fallback_deferred": True} if deferred else {}),
                            "accuracy": judged(final_acc, artifact.sha256, ev)}),
             details, final_acc)
+
+
+def fp16_base(ctx: Any, flavour: Any) -> bool:
+    """--int8 on a TensorRT target: FP16 where no Q/DQ stands, unless --no-fp16 (issue 29, F6)."""
+    from optcli.backends.tensorrt.options import tensorrt_config
+
+    return flavour.static and tensorrt_family(ctx.target) and tensorrt_config(ctx.config).int8_fp16
 
 
 def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:

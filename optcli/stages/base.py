@@ -36,7 +36,7 @@ class StageContext:
     config: CompileConfig
     source: ModelSource
     inputs: list[TensorSpec]
-    target: str                     # resolved: cpu | tensorrt
+    target: str                     # resolved: cpu | tensorrt | tensorrt-rtx
     out_dir: Path
     torch_model: TorchModel | None = None
     # Upper bounds for random int inputs (token ids): the embedding table's size, or what the PyTorch
@@ -90,6 +90,11 @@ class Stage(ABC):
 
     def skip_reason(self, artifact: Artifact) -> str | None:
         """A reason to skip this stage for this input (reported as skipped), or None to run it."""
+        return None
+
+    def check_plan(self) -> None:
+        """Raise a UsageError now, before the first stage runs, for what this stage's settings make
+        impossible with the run's inputs and target (found otherwise only when its turn comes)."""
         return None
 
     def fingerprint(self) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histo
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
+from optcli.targets import tensorrt_family
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999
@@ -58,7 +59,7 @@ class BuildCpuStage(Stage):
     @classmethod
     def enabled(cls, config: Any) -> bool:
         # Impossible requests fail before anything runs; with target auto that waits for the probe.
-        if config.target == "cpu" or (config.target == "tensorrt" and config.extra.get("cpu")):
+        if config.target == "cpu" or (tensorrt_family(config.target) and config.extra.get("cpu")):
             check_request(config, config.target)
         else:
             cpu_config(config)

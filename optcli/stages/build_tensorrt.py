@@ -1,16 +1,20 @@
 """Stage build-tensorrt: the final ONNX -> a TensorRT engine (model.engine + model.engine.json).
 
-Runs when the target is tensorrt (`--target tensorrt`, or `--target auto` where the probe found a
-usable GPU and TensorRT); otherwise it is reported as skipped with the reason. Precision is not a
-build option: FP16 casts and INT8 Q/DQ nodes come from the ONNX the quantize stages (order 40)
-wrote, and the network is strongly typed, so TensorRT keeps exactly those types (TensorRT 10.x
-with the STRONGLY_TYPED flag, 11.x always).
+Runs when the target is a TensorRT one: `--target tensorrt` (or `--target auto` where the probe found
+a usable GPU and TensorRT), built with TensorRT on this GPU; `--target tensorrt-rtx`, built ahead of time
+with TensorRT-RTX's builder on any machine (its engines run on RTX GPUs). Otherwise it is reported as
+skipped with the reason. The backend of the target names the builder (its `toolkit`); everything else
+is the same code. Precision is not a build option: FP16 casts and INT8 Q/DQ nodes come from the ONNX the
+quantize stages (order 40) wrote, and the network is strongly typed, so TensorRT keeps exactly those
+types (TensorRT 10.x with the STRONGLY_TYPED flag, 11.x and TensorRT-RTX always).
 
-The engine comes from the engine cache when a valid entry exists for (ONNX bytes, options,
-profiles, TensorRT version, GPU); a corrupt or mismatching entry is reported in the details and
-rebuilt. Before anything else the TensorRT preflight (optcli.backends.tensorrt.preflight) checks the ONNX
-against TensorRT's documented parser support; parser failures end the stage with (node, op,
-message) in its reason.
+The engine comes from the engine cache when a valid entry exists for (ONNX bytes, options, profiles,
+builder and its version, GPU); a corrupt or mismatching entry is reported in the details and rebuilt.
+Profiles cover every dynamic dim: the batch range, and the lengths the pipeline runs at (a sequence:
+1..that length or --max-seq); they are checked before the first stage runs (check_plan). For a builder
+that needs a GPU, the TensorRT preflight (optcli.backends.tensorrt.preflight) first checks the ONNX
+against TensorRT's documented parser support, before any GPU time is spent; TensorRT-RTX's own parser
+runs right here instead. Parser failures end the stage with (node, op, message) in its reason.
 
 Test seam: `ctx.facts["tensorrt_module"]` and `ctx.facts["tensorrt_machine"]` replace the real
 `tensorrt` module and the probed machine (contract tests pass a test double of the API slice).
@@ -23,16 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
-from optcli.backends.registry import ONNX
-from optcli.backends.tensorrt import BACKEND as TENSORRT
+from optcli.backends.registry import ONNX, Backend, for_target, load_object
 from optcli.backends.tensorrt.builder import Machine, obtain_engine
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.backends.tensorrt.options import TensorRTConfig, tensorrt_config
-from optcli.backends.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
-from optcli.onnx_model import io_specs, load_onnx
+from optcli.backends.tensorrt.toolkit import Toolkit
+from optcli.errors import UsageError
+from optcli.onnx_model import graph_view, io_specs
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, register
+from optcli.targets import tensorrt_family
+from optcli.tensor_spec import TensorSpec
 
 
 @register
@@ -50,7 +57,7 @@ class BuildTensorRTStage(Stage):
         return True
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if self.ctx.target != "tensorrt":
+        if not tensorrt_family(self.ctx.target):
             if self.ctx.config.target == "auto":
                 return f"no TensorRT here: {self.ctx.facts.get('target_reason') or 'not detected'}"
             return f"target is {self.ctx.target}"
@@ -62,39 +69,77 @@ class BuildTensorRTStage(Stage):
     def options(self) -> TensorRTConfig:
         return tensorrt_config(self.ctx.config)
 
+    def backend(self) -> Backend:
+        backend = for_target(self.ctx.target)
+        assert backend is not None and backend.toolkit, self.ctx.target
+        return backend
+
+    def toolkit(self) -> Toolkit:
+        return load_object(self.backend().toolkit or "")
+
     def _trt(self) -> Any:
         injected = self.ctx.facts.get("tensorrt_module")
-        return injected if injected is not None else require("tensorrt", "building TensorRT engines")
+        if injected is not None:
+            return injected
+        toolkit = self.toolkit()
+        return require(toolkit.module, f"building {toolkit.label} engines")
 
     def machine(self) -> Machine:
         injected = self.ctx.facts.get("tensorrt_machine")
         if injected is not None:
             return injected
+        toolkit = self.toolkit()
+        if toolkit.builds_without_gpu:
+            # Built ahead of time for the GPUs the builder targets by default, not for this machine's.
+            return Machine(str(self._trt().__version__), None, None, None, toolkit=toolkit.name)
         from optcli.backends.tensorrt.probe import tensorrt_status
 
         status = tensorrt_status()
         return Machine(str(status.tensorrt_version), status.gpu, status.compute_capability, status.tensorrt_cuda)
 
-    def profiles(self, artifact: Artifact) -> list[InputProfile]:
+    def _profiles(self, specs: list[TensorSpec]) -> list[InputProfile]:
         cfg, bench, acc = self.options(), self.ctx.config.bench, self.ctx.config.accuracy
-        specs, _ = io_specs(load_onnx(artifact.path, load_weights=False))
         profiles = build_profiles(specs, pinned=self.ctx.config.inputs, batch=cfg.batch,
-                                  fallback_batch=default_batch(bench.batch, acc.batch))
+                                  fallback_batch=default_batch(bench.batch, acc.batch), run_specs=self.ctx.inputs,
+                                  max_seq=cfg.max_seq)
         # The pipeline runs the engine at these batches right after the build: say so now if it can't.
-        check_batches(profiles, {"bench": bench.batch, "accuracy check": acc.batch})
+        explicit = {p.name for p in self.ctx.config.inputs if p.profile is not None}
+        check_batches(profiles, {"bench": bench.batch, "accuracy check": acc.batch}, explicit)
         return profiles
 
-    def fingerprint(self) -> dict[str, Any]:
+    def profiles(self, artifact: Artifact) -> list[InputProfile]:
+        specs, _ = io_specs(graph_view(artifact.path))
+        return self._profiles(specs)
+
+    def check_plan(self) -> None:
+        """The profiles the build will need, from the model's inputs as they are now (the user's ONNX, or
+        the specs the export will write), and the builder's options: a usage error before export runs."""
+        if not tensorrt_family(self.ctx.target):
+            return
+        source = self.ctx.source
+        specs = io_specs(graph_view(source.path))[0] if source.format == ONNX else self.ctx.inputs
+        self._profiles(specs)
         cfg = self.options()
-        return {"build": cfg.build_options(), "batch": cfg.batch,
+        if self.toolkit().builds_without_gpu and (cfg.hardware_compat != "none" or cfg.version_compat):
+            raise UsageError(f"--hardware-compat and --version-compat are TensorRT options; {self.toolkit().label} "
+                             "engines run on any RTX GPU of compute 8.0+ without them", hint="drop those flags")
+
+    def fingerprint(self) -> dict[str, Any]:
+        if not tensorrt_family(self.ctx.target):
+            return {}  # skipped: nothing it would build
+        cfg = self.options()
+        return {"build": cfg.build_options(), "batch": cfg.batch, "max_seq": cfg.max_seq,
                 "pins": [{**p.to_json(), "profile": p.profile} for p in self.ctx.config.inputs],
+                "run_inputs": [s.to_json() for s in self.ctx.inputs],
                 "default_batch": default_batch(self.ctx.config.bench.batch, self.ctx.config.accuracy.batch),
                 "machine": dataclasses.asdict(self.machine())}
 
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
-        # What TensorRT's parser would refuse, said by node before any GPU time is spent.
-        require_clean(artifact.path, "the ONNX for TensorRT")
+        backend, toolkit = self.backend(), self.toolkit()
+        if not toolkit.builds_without_gpu:
+            # What TensorRT's parser would refuse, said by node before any GPU time is spent.
+            require_clean(artifact.path, "the ONNX for TensorRT")
         trt = self._trt()
         machine = self.machine()
         profiles = self.profiles(artifact)
@@ -104,16 +149,18 @@ class BuildTensorRTStage(Stage):
         obtained.metadata.write(workdir / METADATA_FILE)
         meta = obtained.metadata
         details: dict[str, Any] = {
-            "tensorrt": meta.tensorrt_version, "gpu": meta.gpu, "compute_capability": meta.compute_capability,
+            "tensorrt": meta.tensorrt_version, "builder": toolkit.label, "gpu": meta.gpu,
+            "compute_capability": meta.compute_capability,
             "engine_cache": obtained.cache, "built_now": obtained.cache.get("status") != "hit",
             "build_seconds": meta.build_seconds, "engine_bytes": meta.engine_bytes,
             "profiles": [p.describe() for p in profiles if p.dynamic], "inputs": meta.inputs, "outputs": meta.outputs,
             "options": meta.options, "timing_cache": obtained.timing_cache}
         if obtained.warnings:
             details["tensorrt_warnings"] = obtained.warnings
-        out = Artifact(engine_path, TENSORRT.format, precision=artifact.precision, stage=self.name,
-                       parent=artifact.sha256, backend=TENSORRT.name, meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version,
-                                                 "gpu": meta.gpu, "flavour": "tensorrt-strongly-typed"})
+        out = Artifact(engine_path, backend.format, precision=artifact.precision, stage=self.name,
+                       parent=artifact.sha256, backend=backend.name,
+                       meta={"metadata": METADATA_FILE, "tensorrt": meta.tensorrt_version, "builder": toolkit.label,
+                             "gpu": meta.gpu, "flavour": f"{backend.name}-strongly-typed"})
         return StageResult(out, details)
 
 

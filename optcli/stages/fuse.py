@@ -22,6 +22,7 @@ from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histo
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.targets import tensorrt_family
 
 
 def fusions_made(before: dict[str, int], after: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -52,13 +53,13 @@ class FuseStage(Stage):
     def level(self) -> str:
         # TensorRT's parser takes plain ONNX only; the quantizers only know plain ONNX ops (a FusedConv
         # would stay float), and onnxruntime fuses Q/DQ patterns itself when it loads the model.
-        if self.ctx.target == "tensorrt" or self.ctx.config.quantize.precision != "fp32":
+        if tensorrt_family(self.ctx.target) or self.ctx.config.quantize.precision != "fp32":
             return "basic"
         return self.ctx.config.fuse.level
 
     def transformer_fusions(self, ops: dict[str, int]) -> bool:
         mode = self.ctx.config.fuse.transformer
-        if mode == "off" or self.ctx.target == "tensorrt":
+        if mode == "off" or tensorrt_family(self.ctx.target):
             return False
         q = self.ctx.config.quantize
         if q.precision == "int8" and q.flavour not in ("auto", "dynamic"):

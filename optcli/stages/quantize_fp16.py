@@ -18,7 +18,8 @@ from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
 from optcli.backends.onnxruntime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.backends.tensorrt.preflight import require_clean
+from optcli.backends.tensorrt.graph_check import require_clean
+from optcli.targets import tensorrt_family
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",
                  "Softmax", "LogSoftmax", "Exp", "Log", "Erf", "LayerNormalization", "SkipLayerNormalization",
@@ -91,7 +92,7 @@ class QuantizeFp16Stage(Stage):
         acc["reference"] = "fp32-onnx"
         details = {"attempts": attempts, "tolerance": tol.to_json(), "keep_io_types": True,
                    "evaluation": {"samples": len(ev), "data": ev.source}, "runner_options": RUNNER_OPTIONS}
-        if self.ctx.target == "tensorrt":  # caught here, on any machine, not by the parser on a GPU
+        if tensorrt_family(self.ctx.target):  # caught here, on any machine, not by the parser on a GPU
             require_clean(out, "the FP16 ONNX")
         return StageResult(Artifact(out, "onnx", precision="fp16", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": "fp16", "runner_options": RUNNER_OPTIONS}), details, accuracy=acc)

@@ -49,6 +49,7 @@ class QuantizeInt8Stage(Stage):
         return {"quantize": q, "tolerance": self.tolerance().to_json(), "target": self.ctx.target,
                 "flavours": table, "methods": {"bins": 2048, "percentile": 99.99},
                 "u8s8_saturates": flavour.u8s8_saturates(),  # 7-bit weights on this CPU
+                "int8_fp16": _int8_fp16(self.ctx),                # TensorRT: the float parts in FP16
                 "fallback_deferred": fallback_deferred(self.ctx)}
 
     def gate(self, accuracy: dict[str, Any]) -> str | None:
@@ -67,3 +68,10 @@ class QuantizeInt8Stage(Stage):
         out, details, accuracy = quantize_int8(self.ctx, artifact, workdir, self.tolerance(), self.name,
                                                defer_fallback=fallback_deferred(self.ctx))
         return StageResult(out, details, accuracy=accuracy)
+
+
+def _int8_fp16(ctx: Any) -> bool | None:
+    from optcli.backends.tensorrt.options import tensorrt_config
+    from optcli.targets import tensorrt_family
+
+    return tensorrt_config(ctx.config).int8_fp16 if tensorrt_family(ctx.target) else None

@@ -13,6 +13,9 @@ from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require, torch_if_own_process
 from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.targets import tensorrt_family
+
+CONTRIB_FUSIONS = ("fuse_attention", "fuse_gqa")
 
 
 @register
@@ -34,7 +37,12 @@ class SimplifyStage(Stage):
         return stage_skip(self.ctx, artifact, self.name)
 
     def fingerprint(self) -> dict[str, Any]:
-        return config_dict(self.ctx.config.simplify)
+        return {**config_dict(self.ctx.config.simplify), "skipped_optimizers": self.skipped_optimizers()}
+
+    def skipped_optimizers(self) -> list[str] | None:
+        """onnxsim passes that write onnxruntime contrib ops (com.microsoft Attention, GroupQueryAttention)
+        TensorRT's parser cannot import: off for the TensorRT targets (swin and mobilevit in the zoo)."""
+        return list(CONTRIB_FUSIONS) if tensorrt_family(self.ctx.target) else None
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         if is_large(artifact.path):
@@ -49,12 +57,16 @@ class SimplifyStage(Stage):
         model = load_onnx(artifact.path)
         inputs_before, _ = io_specs(model)
         try:
-            simplified, ok = onnxsim.simplify(model, check_n=0)
+            simplified, ok = onnxsim.simplify(model, check_n=0, skipped_optimizers=self.skipped_optimizers())
         except Exception as exc:  # onnxsim raises RuntimeError/ValidationError from C++
             raise StageError(f"onnxsim failed: {str(exc).strip().splitlines()[0][:240] if str(exc).strip() else type(exc).__name__}",
                              hint="skip this stage with --no-simplify") from exc
         if not ok:
             raise StageError("onnxsim could not validate the simplified model", hint="skip it with --no-simplify")
+        added = _custom_domains(simplified) - _custom_domains(model)
+        if added and tensorrt_family(self.ctx.target):
+            raise StageError(f"onnxsim wrote {', '.join(sorted(added))} ops, which TensorRT's parser cannot import",
+                             hint="skip this stage with --no-simplify, and report the onnxsim pass")
         inputs_after, _ = io_specs(simplified)
         lost = [a.name for a, b in zip(inputs_before, inputs_after) if a.shape != b.shape]
         if lost:
@@ -64,3 +76,7 @@ class SimplifyStage(Stage):
         external = save_onnx(simplified, out)
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                     meta={"external_data": external}), {"tool": f"onnxsim {onnxsim.__version__}"})
+
+
+def _custom_domains(model: Any) -> set[str]:
+    return {n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx")}

@@ -25,6 +25,7 @@ from optcli.backends.registry import ONNX
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD
 from optcli.stages.base import Stage, StageResult, register
 from optcli.unpad.options import unpad_config
+from optcli.targets import tensorrt_family
 
 
 @register
@@ -53,9 +54,10 @@ class UnpadStage(Stage):
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: the rewrite would need external initializers"
-        if self.ctx.target == "tensorrt" and not unpad_config(self.ctx.config).tensorrt:
-            return ("target is tensorrt: a length read from the mask's values is a data-dependent shape, not yet "
-                    "verified with TensorRT's builder ([unpad] tensorrt = true applies it; docs/unpad.md)")
+        if tensorrt_family(self.ctx.target) and not unpad_config(self.ctx.config).tensorrt:
+            return (f"target is {self.ctx.target}: the rewrite reads a length from the mask's values, so the outputs' "
+                    "shapes become data-dependent, which optcli's TensorRT runner cannot allocate ([unpad] tensorrt = "
+                    "true tries it; docs/unpad.md)")
         plan = self._plan(artifact)
         return plan if isinstance(plan, str) else None
 
@@ -84,7 +86,7 @@ class UnpadStage(Stage):
         held_out = self._held_out()
         reason = rewrite_and_prove(artifact.path, out, inputs=self.ctx.inputs, int_high=self.ctx.int_high,
                                    bucket=bucket, runs=runs, details=details, held_out=held_out)
-        if reason is None and self.ctx.target == "tensorrt":
+        if reason is None and tensorrt_family(self.ctx.target):
             reason = self._tensorrt_refusal(out)
             if reason:
                 runs.forget(out)
@@ -117,12 +119,12 @@ class UnpadStage(Stage):
         return HeldOut(evaluation_set(q, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high))
 
     def _tensorrt_refusal(self, path: Path) -> str | None:
-        from optcli.backends.tensorrt.preflight import check_file
+        from optcli.backends.tensorrt.graph_check import check_graph
 
-        findings = check_file(path)
+        findings = check_graph(path).findings
         if not findings:
             return None
-        return (f"TensorRT's parser would refuse the rewritten graph: {findings[0].describe()} "
+        return (f"the {self.ctx.target} target refuses the rewritten graph: {findings[0].describe()} "
                 f"({len(findings)} finding(s); `optcli check` lists them)")
 
     def _skip(self, artifact: Artifact, workdir: Path, details: dict[str, Any], reason: str) -> StageResult:

@@ -24,6 +24,13 @@ modelled the way the documentation describes it:
 Refused the way TensorRT refuses them (each a defect a review against the real bindings found):
 - DequantizeLinear of an INT32 input (onnxruntime's quantized bias; onnx-tensorrt operators.md,
   NVIDIA/TensorRT#4542) and QuantizeLinear to UINT8: parser errors naming the node.
+- What NVIDIA's real parser refuses in tests/contract/parser_corpus.py (test_rtx_fake_vs_real.py runs
+  both on it and on every graph optcli writes for TensorRT): element types TensorRT has no DataType for
+  (INT16, UINT16/32/64, STRING, complex) anywhere, in a Cast's `to` too; INT32/INT64/UINT8/BOOL into
+  MatMul/Gemm/Conv/ConvTranspose; UINT8 into anything but Cast and Q/DQ; a non-zero Q/DQ zero point; a
+  per-channel scale whose length is not the axis' size; pooling dilations other than 1, a pooling window of
+  100000+ elements; MaxPool's
+  Indices output; Resize with antialias.
 - Plugin layers (RoiAlign -> ROIAlign_TRT) parse and deserialize only after init_libnvinfer_plugins
   in this "process" (one make_tensorrt() module is one process): otherwise parse fails and
   deserialize_cuda_engine returns None, as in a fresh Python process.
@@ -62,7 +69,12 @@ KNOWN_OPS = {"Relu", "MatMul", "Add", "Mul", "Gemm", "Conv", "Cast", "Sigmoid", 
              "GatherND", "GatherElements", "And", "Or", "Xor", "ScatterND", "CumSum", "Trilu", "Mod", "Floor",
              "Ceil", "Abs", "ArgMax", "TopK", "Einsum", "Sin", "Cos", "Log", "Reciprocal", "ReduceProd", "Sign",
              "IsNaN", "Round", "CastLike", "LessOrEqual", "GreaterOrEqual", "Softplus", "LeakyRelu", "PRelu",
-             "HardSwish", "HardSigmoid", "InstanceNormalization", "Resize", "ConvTranspose", "Dropout"}
+             "HardSwish", "HardSigmoid", "InstanceNormalization", "Resize", "ConvTranspose", "Dropout", "LpPool",
+             "RMSNormalization", "Swish", "Attention", "RotaryEmbedding"}
+# ONNX element types TensorRT has no DataType for (pyFoundationalTypes.cpp DataType; onnx-tensorrt convertDtype).
+_NO_TRT_TYPE = {4: "UINT16", 5: "INT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64", 15: "COMPLEX128"}
+_FLOAT_COMPUTE = {"MatMul", "Gemm", "Conv", "ConvTranspose"}   # operators.md: FP32, FP16, BF16 only
+_UINT8_OK = {"Cast", "QuantizeLinear", "DequantizeLinear"}      # "UINT8 is only supported as network I/O" (+ casts)
 PLUGIN_OPS = {"RoiAlign": "ROIAlign_TRT"}            # ONNX ops onnx-tensorrt imports as plugin layers
 _SHAPE_CONSUMERS = {"Reshape": 1, "Expand": 1, "Tile": 1}  # op -> index of its shape input
 # BF16 and FP8 have no numpy dtype: their memory is read and written as bit patterns. FP4 and INT4
@@ -169,6 +181,61 @@ def _session(path: str) -> Any:
             out.name += "__f32"
             out.type.tensor_type.elem_type = TensorProto.FLOAT
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _refusal(node: Any, types_: dict[str, int], m: Any) -> str | None:
+    """What the real parser refuses in one node beyond unknown ops, Q/DQ types and plugins (see the
+    module docstring), in its words; None where it imports the node."""
+    from onnx import numpy_helper
+
+    attrs = {a.name: a for a in node.attribute}
+    tensors = [t for t in list(node.input) + list(node.output) if t]
+    bad = next((types_[t] for t in tensors if types_.get(t) in _NO_TRT_TYPE), None)
+    if bad is None and node.op_type == "Cast" and attrs.get("to") is not None and attrs["to"].i in _NO_TRT_TYPE:
+        bad = attrs["to"].i
+    if bad is not None:
+        return f"Unsupported ONNX data type: {_NO_TRT_TYPE[bad]} ({bad})"
+    first = types_.get(node.input[0]) if node.input else None
+    if node.op_type in _FLOAT_COMPUTE and first in (2, 6, 7, 9):
+        return f"Found unsupported input type of {_ELEM.get(first, first)}"
+    if first == 2 and node.op_type not in _UINT8_OK:
+        return "Found unsupported input type of UINT8"
+    inits = {i.name: i for i in m.graph.initializer}
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        zp = inits.get(node.input[2]) if len(node.input) > 2 else None
+        if zp is not None and numpy_helper.to_array(zp).astype(np.int64).any():
+            return "Non-zero zero point is not supported"
+        scale = inits.get(node.input[1])
+        if scale is not None and len(scale.dims) == 1 and scale.dims[0] > 1:
+            axis = attrs["axis"].i if "axis" in attrs else 1
+            shape = _static_shape(node.input[0], m)
+            if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] not in (-1, scale.dims[0]):
+                return "The number of scales is not equal to the number of output channels"
+    if node.op_type in ("MaxPool", "AveragePool", "LpPool") and any(d != 1 for d in attrs.get("dilations", _NO).ints):
+        return "This version of TensorRT does not support dilations other than 1."
+    if node.op_type in ("MaxPool", "AveragePool", "LpPool") and np.prod(attrs.get("kernel_shape", _NO).ints) >= 100_000:
+        return "INetworkDefinition::addPoolingNd: volume(windowSize) < maxKernelDimsProduct"
+    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
+        return "This version of TensorRT doesn't support more than 1 outputs for MaxPool nodes!"
+    if node.op_type == "Resize" and "antialias" in attrs and attrs["antialias"].i:
+        return "Antialiasing is not supported currently."
+    return None
+
+
+class _NoAttr:
+    ints: tuple[int, ...] = ()
+
+
+_NO = _NoAttr()
+
+
+def _static_shape(name: str, m: Any) -> tuple[int, ...] | None:
+    inferred = onnx.shape_inference.infer_shapes(m)
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info):
+        if vi.name == name and vi.type.tensor_type.HasField("shape"):
+            return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+    init = next((i for i in m.graph.initializer if i.name == name), None)
+    return tuple(init.dims) if init is not None else None
 
 
 def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -> types.ModuleType:
@@ -379,6 +446,8 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
                 elif node.op_type in PLUGIN_OPS and not trt.plugins_registered:
                     error = (f"Plugin not found, are the plugin name, version, and namespace correct?: "
                              f"{PLUGIN_OPS[node.op_type]}")
+                else:
+                    error = _refusal(node, types_, m)
                 if error:
                     self._errors.append(ParserError(i, node.name, node.op_type, error))
                     _log(Severity.ERROR, error)

@@ -19,8 +19,8 @@ from compile_testkit import FAST_BENCH_TOML, make_matmul_add_relu, run_main
 from optcli.backends import registry
 
 ROOT = Path(optcli.__file__).parent
-# Names an expression may carry when it is a format, backend or file suffix.
-_SUBJECTS = {"format", "fmt", "backend", "suffix", "platform"}
+# Names an expression may carry when it is a format, backend, file suffix or a backend's own --target.
+_SUBJECTS = {"format", "fmt", "backend", "suffix", "platform", "target"}
 
 FAKE_BACKEND = '''
 """A backend for tests: runs ONNX files saved as .fake with onnxruntime."""
@@ -115,13 +115,16 @@ def test_the_structural_check_finds_what_it_looks_for(tmp_path: Path, monkeypatc
     (pkg / "backends").mkdir(parents=True)
     (pkg / "backends" / "inside.py").write_text('ok = fmt == "openvino"\n')
     (pkg / "stage.py").write_text('a = artifact.format == "engine"\nb = backend in ("x", "openvino")\n'
-                                  'c = path.suffix.lower() == ".xml"\nd = fmt == "auto"\n')
+                                  'c = path.suffix.lower() == ".xml"\nd = fmt == "auto"\n'
+                                  'e = ctx.target == "tensorrt"\nf = target == "cpu"\n')
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
-    assert [line.split(":")[1] for line in backend_knowledge_outside_backends()] == ["1", "2", "3"]
+    assert sorted(int(line.split(":")[1]) for line in backend_knowledge_outside_backends()) == [1, 2, 3, 5]
 
 
 def test_lookups_by_name_format_and_suffix() -> None:
     assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
+    assert sorted(registry.targets()) == ["tensorrt", "tensorrt-rtx"] and registry.for_target("cpu") is None
+    assert registry.for_target("tensorrt-rtx").toolkit and registry.for_target("tensorrt-rtx").runs_here
     assert registry.for_format("engine").name == "tensorrt"
     assert registry.for_path(Path("m.XML")) == (registry.get("openvino"), "openvino")
     assert registry.for_path(Path("m.plan"))[1] == "engine" and registry.for_path(Path("m.txt")) is None
@@ -178,3 +181,22 @@ def test_build_cpu_chooses_among_a_registered_backends_candidates(fake_backend: 
     assert report["final"]["format"] == "fake" and report["final"]["backend"] == "fakert"
     with optcli.load(out) as m:
         assert m.backend == "fakert"
+
+
+def test_two_backends_sharing_an_engine_file_are_told_apart_by_its_metadata(tmp_path: Path) -> None:
+    """TensorRT and TensorRT-RTX both write model.engine; the metadata beside it names the builder, and
+    a folder (an engine cache entry) resolves like a file does."""
+    from optcli.config import TARGETS
+
+    assert TARGETS == ("auto", "cpu", "tensorrt", "tensorrt-rtx")
+    for toolkit, expected in ((None, "tensorrt"), ("tensorrt-rtx", "tensorrt-rtx")):
+        folder = tmp_path / (toolkit or "plain")
+        folder.mkdir()
+        (folder / "model.engine").write_bytes(b"plan")
+        options = {"toolkit": toolkit} if toolkit else {}
+        (folder / "model.engine.json").write_text(json.dumps({
+            "format": "optcli-tensorrt-engine", "tensorrt_version": "1", "cache_key": "k", "engine_sha256": "s",
+            "inputs": [], "outputs": [], "gpu": None, "compute_capability": None, "onnx_sha256": "o",
+            "engine_bytes": 4, "profiles": [], "options": options, "build_seconds": 0.1}))
+        assert registry.for_path(folder / "model.engine")[0].name == expected
+        assert registry.for_folder(folder)[0].name == expected

@@ -65,3 +65,24 @@ def test_inner_tensors_of_an_unpadded_graph_join_across_length_batches(tmp_path:
     for row, n in enumerate(lengths):
         np.testing.assert_array_equal(inner[row, :n], x[row, :n])
         assert not inner[row, n:].any()  # beyond the row: its batch's padding or the zero fill
+
+
+def test_inner_tensors_are_exposed_with_their_own_type(tmp_path: Path) -> None:
+    """The INT8 fallback exposes inner tensors to rank the units; they were declared float, so an INT8
+    graph with an FP16 base (TensorRT's --int8, issue 29 F6) did not load: "Type (tensor(float)) of output
+    arg ... does not match expected type (tensor(float16))" (MobileNetV2 in the zoo sweep)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from optcli.calibration.dataset import SampleSet
+    from optcli.quantize.evaluate import run_model
+
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    path = tmp_path / "fp16-inside.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    samples = SampleSet({"x": np.array([[-1, 2, -3, 4]], np.float32)}, None, "test", "test")
+    outs, names = run_model(path, samples, extra_outputs=["r"])
+    assert names == ["y", "r"] and outs[1].dtype == np.float16 and outs[1].tolist() == [[0, 2, 0, 4]]

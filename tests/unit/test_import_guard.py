@@ -12,7 +12,7 @@ import pytest
 
 from compile_testkit import REPO, blocker_source, cli_env
 
-HEAVY = ("torch", "onnxruntime", "tensorrt", "onnxsim", "openvino")
+HEAVY = ("torch", "onnxruntime", "tensorrt", "tensorrt_rtx_bindings", "tensorrt_rtx_libs", "onnxsim", "openvino")
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:

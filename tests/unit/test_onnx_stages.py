@@ -181,3 +181,15 @@ def test_simplify_skips_non_onnx(foldable_onnx: Path, tmp_path: Path) -> None:
     cfg = CompileConfig(model="m.onnx")
     cfg.simplify.enabled = False
     assert SimplifyStage.enabled(cfg) is False
+
+
+def test_the_session_probe_feeds_token_ids_inside_the_embedding_table(tmp_path: Path) -> None:
+    """The probe (quantize-fp16 runs it on every FP16 graph) drew ids in [0, 100): a model with a
+    vocabulary under 100 failed it with "Gather ... indices element out of data bounds", so --fp16 of
+    such a model failed on every target (found by the TensorRT-RTX build tests, issue 29)."""
+    from compile_testkit import make_masked_encoder
+    from optcli.backends.onnxruntime.session_probe import probe
+
+    path = make_masked_encoder(tmp_path / "small-vocab.onnx", vocab=20)
+    ok, message = probe(path)
+    assert ok, message

@@ -39,3 +39,15 @@ def test_a_final_artifact_slower_than_its_baseline_is_a_warning_not_a_speedup_be
     assert "warning: the final artifact is 1.64x SLOWER than the baseline, onnxruntime-cpu" in slower
     assert "2.00x faster than onnxruntime-cpu" in "\n".join(final_lines(_final(0.5, 1.0)))
     assert "0.97x faster than" in "\n".join(final_lines(_final(1.0, 0.97)))  # within noise: no alarm
+
+
+def test_a_stage_reason_is_printed_as_written_not_as_markup() -> None:
+    """A reason naming a config table ("[unpad] tensorrt = true") lost the table: rich read it as markup."""
+    from rich.console import Console
+
+    from optcli.cli.render import Progress
+
+    console = Console(record=True, width=200, color_system=None)
+    Progress(console)("stage_end", {"status": "skipped", "name": "unpad", "seconds": None,
+                                    "reason": "[unpad] tensorrt = true tries it"})
+    assert "([unpad] tensorrt = true tries it)" in console.export_text()

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compile_testkit import ort_default_int8, run_main
-from optcli.backends.tensorrt.onnx_support import OPS, OPSET_RANGE
+from optcli.backends.tensorrt.onnx_support import OPS, opset_window
 from optcli.backends.tensorrt.preflight import check_file, check_model
 
 F, I64, U8, I8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.INT8
@@ -103,17 +103,17 @@ def test_qdq_rules():
 
 
 def test_inputs_that_must_be_constants():
-    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-    ok = model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")], [vi("x")], [vi("y", shape=("N", 1, 4))],
-               [axes])
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    ok = model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="c")], [vi("x")], [vi("y")], [axis])
     assert check_model(ok) == []
     computed = model([helper.make_node("Shape", ["x"], ["s"], name="shape"),
-                      helper.make_node("Slice", ["s", "st", "en"], ["a"], name="slice_axes"),
-                      helper.make_node("Unsqueeze", ["x", "a"], ["y"], name="u")],
-                     [vi("x")], [vi("y", shape=("N", 1, 4))],
-                     [numpy_helper.from_array(np.array([0], np.int64), "st"),
-                      numpy_helper.from_array(np.array([1], np.int64), "en")])
-    assert ("u", "constant") in rules(computed)
+                      helper.make_node("Slice", ["s", "st", "en"], ["a"], name="slice_axis"),
+                      helper.make_node("Squeeze", ["a"], ["a0"], name="scalar"),
+                      helper.make_node("CumSum", ["x", "a0"], ["y"], name="c")],
+                     [vi("x")], [vi("y")],
+                     [numpy_helper.from_array(np.array([1], np.int64), "st"),
+                      numpy_helper.from_array(np.array([2], np.int64), "en")])
+    assert ("c", "constant") in rules(computed)
 
 
 def test_pooling_rules():
@@ -130,11 +130,33 @@ def test_pooling_rules():
 
 
 def test_opset_range_and_data_dependent_shapes():
-    lo, hi = OPSET_RANGE
+    lo, hi = opset_window()
     m = model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [vi("x")], [vi("y", I64, (2, "K"))], opset=hi + 1)
     found = check_model(m)
     assert [(f.node, f.rule) for f in found] == [(None, "opset"), (0, "data-dependent")]
     assert found[0].describe().startswith(f"model (-): opset {hi + 1} is outside")
+
+
+def test_outputs_shaped_by_input_values_are_data_dependent_and_masks_used_as_values_are_not():
+    # Issue 29, F5: the unpad rewrite slices by a length computed from the mask's values; its outputs
+    # have shapes only the data decides. A mask that only scales scores (BERT) and a Reshape whose shape
+    # comes from Shape (shapes, not values) are not data-dependent.
+    ax = numpy_helper.from_array(np.array([1], np.int64), "ax")
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    mask = vi("mask", I64, ("N", "S"))
+    sized = model([helper.make_node("ReduceSum", ["mask", "ax"], ["len"], keepdims=0, name="len"),
+                   helper.make_node("ReduceMax", ["len"], ["extent"], keepdims=1, name="extent"),
+                   helper.make_node("Slice", ["x", "zero", "extent", "ax"], ["s"], name="cut"),
+                   helper.make_node("Relu", ["s"], ["y"], name="relu")],
+                  [vi("x", shape=("N", "S")), mask], [vi("y", shape=("N", "L"))], [ax, zero])
+    assert rules(sized) == [("cut", "data-dependent")]
+    assert "output 'y' gets its shape from input values" in check_model(sized)[0].reason
+    masked = model([helper.make_node("Cast", ["mask"], ["mf"], to=F, name="cast"),
+                    helper.make_node("Mul", ["x", "mf"], ["xm"], name="mul"),
+                    helper.make_node("Shape", ["xm"], ["shape"], name="shape"),
+                    helper.make_node("Reshape", ["xm", "shape"], ["y"], name="reshape")],
+                   [vi("x", shape=("N", "S")), mask], [vi("y", shape=("N", "S"))])
+    assert rules(masked) == []
 
 
 def test_onnxruntime_default_qdq_is_flagged_by_node_and_optcli_tensorrt_flavour_is_clean(tmp_path):
@@ -174,20 +196,21 @@ def test_onnxruntime_default_qdq_is_flagged_by_node_and_optcli_tensorrt_flavour_
 
 
 # -- the command ---------------------------------------------------------------------------------------
-def test_check_command_exit_codes_and_output(tmp_path):
+def test_check_command_exit_codes_and_output_with_the_matrix(tmp_path):
     clean = tmp_path / "clean.onnx"
     onnx.save(qdq_graph(), str(clean))
     dirty = tmp_path / "dirty.onnx"
     onnx.save(qdq_graph(bias_int32=True), str(dirty))
-    code, out, _ = run_main("check", str(clean), "--target", "tensorrt")
-    assert code == 0 and "no findings for TensorRT" in out
-    code, out, _ = run_main("check", str(dirty))
+    code, out, _ = run_main("check", str(clean), "--target", "tensorrt", "--matrix")
+    assert code == 0 and "no findings for TensorRT" in out and "oracle: documented support matrix" in out
+    code, out, _ = run_main("check", str(dirty), "--matrix")
     assert code == 1
     assert out.splitlines()[0].startswith("node 2 'bias_dq' (DequantizeLinear): input 'b_q' is INT32")
     assert "1 finding(s) in 1 node(s)" in out
-    code, out, _ = run_main("check", str(dirty), "--json")
+    code, out, _ = run_main("check", str(dirty), "--json", "--matrix")
     data = json.loads(out)
     assert code == 1 and data["findings"][0]["node_name"] == "bias_dq" and data["findings"][0]["rule"] == "q/dq"
+    assert data["oracle_kind"] == "matrix"
 
 
 @pytest.mark.parametrize("make", [lambda p: p.with_suffix(".txt").write_text("x") or p.with_suffix(".txt"),
@@ -197,3 +220,13 @@ def test_check_command_bad_input_is_exit_2(tmp_path, make):
     path = make(tmp_path / "m.onnx")
     code, _, err = run_main("check", str(path))
     assert code == 2 and err.startswith("error: ") and "hint: " in err and "Traceback" not in err
+
+
+def test_a_pooling_window_of_100000_elements_or_more():
+    # HF EfficientNet pools with AvgPool2d(hidden_dim): a 320x320 window here, which TensorRT's addPoolingNd
+    # refuses (the zoo sweep through TensorRT-RTX); the matrix said nothing (issue 29's false pass).
+    x = vi("x", shape=("N", 3, 8, 8))
+    for k, expected in ((316, []), (317, [("pool", "pooling")])):
+        m = model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[k, k], strides=[k, k], ceil_mode=1,
+                                    name="pool")], [x], [vi("y", shape=("N", 3, 1, 1))])
+        assert rules(m) == expected

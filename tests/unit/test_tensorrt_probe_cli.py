@@ -147,12 +147,13 @@ def test_tensorrt_flags_reach_the_config(tiny_onnx, tmp_path, capsys, monkeypatc
     (tmp_path / "optcli.toml").write_text('[tensorrt]\nworkspace = "1G"\nbuilder_opt_level = 1\n')
     code, out, _ = run_cli(["compile", str(tiny_onnx), "--target", "cpu", "--out", "o", "--no-bench", "--no-simplify",
                             "--no-fuse", "--json", "--batch", "1/8/32", "--workspace", "4G", "--hardware-compat",
-                            "--version-compat", "--timing-cache", "t.cache", "--no-engine-cache"], capsys)
+                            "--version-compat", "--timing-cache", "t.cache", "--no-engine-cache", "--max-seq", "256",
+                            "--no-fp16"], capsys)
     assert code == 0
     section = json.loads(out)["config"]["extra"]["tensorrt"]
     assert section == {"batch": [1, 8, 32], "workspace": 4 << 30, "builder_opt_level": 1, "hardware_compat": "ampere+",
                        "version_compat": True, "timing_cache": "t.cache", "engine_cache": None,
-                       "engine_cache_enabled": False}
+                       "engine_cache_enabled": False, "max_seq": 256, "int8_fp16": False}
 
 
 @pytest.mark.parametrize("args,message", [

@@ -41,7 +41,31 @@ def test_other_dynamic_dims_take_pinned_sizes():
 def test_unknown_dynamic_dim_names_the_flag_to_use():
     with pytest.raises(UsageError, match="dynamic dim 'seq' at axis 1") as info:
         build_profiles([TOKENS], batch=(1, 4, 16))
-    assert "--input input_ids:1x128/1x128/1x128" in info.value.hint
+    # The suggested profile keeps the batch range (issue 29, F2: 1x128/1x128/1x128 then failed the batch check).
+    assert "--input input_ids:1x128," in info.value.hint and "--input input_ids:1x1/4x128/16x128" in info.value.hint
+
+
+def test_a_sequence_the_pipeline_runs_at_gets_a_range_up_to_its_length():
+    # Issue 29, F2: a dynamic sequence needed --input for every text input; the pipeline's own length decides.
+    run = [TensorSpec("input_ids", ("batch", 128), "int64")]
+    [p] = build_profiles([TOKENS], batch=(1, 4, 16), run_specs=run)
+    assert (p.min, p.opt, p.max) == ((1, 1), (4, 128), (16, 128)) and p.dynamic_axes == (0, 1)
+    [p] = build_profiles([TOKENS], batch=(1, 4, 16), run_specs=run, max_seq=512)
+    assert (p.min, p.opt, p.max) == ((1, 1), (4, 128), (16, 512))
+    with pytest.raises(UsageError, match="--max-seq 64 is below the length 128") as info:
+        build_profiles([TOKENS], batch=(1, 4, 16), run_specs=run, max_seq=64)
+    assert "--max-seq 128" in info.value.hint
+    pin = parse_input_spec("input_ids:1x32:int64")  # a pin is the length the user asked for: fixed
+    [p] = build_profiles([TOKENS], pinned=[pin], batch=(1, 4, 16), run_specs=run, max_seq=512)
+    assert (p.min, p.max) == ((1, 32), (16, 32))
+
+
+def test_batch_hint_for_an_explicit_profile_widens_that_profile():
+    # Issue 29, F2: --batch cannot override an explicit --input profile, so its hint must not suggest it.
+    p = InputProfile("input_ids", (1, 128), (1, 128), (1, 128), (0, 1))
+    with pytest.raises(UsageError, match="accuracy check batch 2 is outside") as info:
+        check_batches([p], {"accuracy check": 2}, explicit={"input_ids"})
+    assert info.value.hint == "widen its profile: --input input_ids:1x128/1x128/2x128"
 
 
 def test_static_model_needs_no_profile_and_refuses_batch():

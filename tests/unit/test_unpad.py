@@ -282,9 +282,12 @@ def test_unpad_config_section() -> None:
 
 def test_tensorrt_target_is_opt_in_and_checked_by_the_preflight(tiny: Path, tmp_path: Path) -> None:
     stage, artifact = stage_for(tiny, tmp_path, target="tensorrt")
-    assert stage.skip_reason(artifact).startswith("target is tensorrt: a length read from the mask's values")
+    assert stage.skip_reason(artifact).startswith("target is tensorrt: the rewrite reads a length from the mask's")
+    # Issue 29, F5: the preflight passed the rewritten graph, whose outputs are shaped by the mask's values
+    # (TensorRT builds that; optcli's runner cannot allocate such outputs). It is now refused with the reason.
     d = run_stage(*stage_for(tiny, tmp_path, target="tensorrt", unpad={"tensorrt": True}), tmp_path).details
-    assert d["applied"] is True  # optcli check: no findings on the rewritten graph
+    assert d["applied"] is False and "the tensorrt target refuses the rewritten graph" in d["skipped"]
+    assert "[data-dependent;" in d["skipped"] and d["proof"]
 
 
 def test_stage_refuses_when_the_hidden_size_equals_the_padded_length(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ Modules: options (TensorRTConfig, the `[tensorrt]` config section), probe (GPU +
 detection), profiles (optimization profiles from input specs), metadata (model.engine.json),
 engine_cache (the on-disk engine cache), builder (ONNX -> serialized engine, timing cache),
 onnx_support (TensorRT's ONNX parser support matrix, as data), preflight (the checks
-`optcli check --target tensorrt` and the stages run on any machine), runner (runs an engine),
-profile (per-layer times), engine_metadata and triton (serving an engine on Triton).
+the stages run on any machine), parser_check and graph_check (`optcli check --target tensorrt`: the real
+parser where installed, else the matrix), toolkit (full TensorRT or TensorRT-RTX: the builder code here
+serves both; optcli/backends/tensorrt_rtx is the other target), target (--target tensorrt's check),
+runner (runs an engine), profile (per-layer times), engine_metadata and triton (serving an engine on Triton).
 """
 from optcli.backends.registry import Backend
 
@@ -27,6 +29,9 @@ BACKEND = Backend(
     runner=f"{_HERE}.runner:TensorRTRunner",
     device_option=f"{_HERE}.runner:device_index",
     gpu_recipes=(f"{_HERE}.builder:obtain_engine",),
+    target="tensorrt",
+    target_check=f"{_HERE}.target:check_target",
+    toolkit=f"{_HERE}.toolkit:TENSORRT",
     profiler=f"{_HERE}.profile:profile_engine",
     triton_platform="tensorrt_plan",
     triton=f"{_HERE}.triton:TRITON",

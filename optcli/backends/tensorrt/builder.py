@@ -45,6 +45,7 @@ from optcli.backends.tensorrt.logger import make_logger
 from optcli.backends.tensorrt.metadata import EngineMetadata, engine_io, network_io
 from optcli.backends.tensorrt.options import TensorRTConfig
 from optcli.backends.tensorrt.profiles import InputProfile, profiles_json
+from optcli.backends.tensorrt.toolkit import always_strongly_typed, is_rtx, toolkit_of
 
 _HW_COMPAT = {"ampere+": "AMPERE_PLUS", "same-cc": "SAME_COMPUTE_CAPABILITY"}
 
@@ -57,6 +58,7 @@ class Machine:
     gpu: str | None
     compute_capability: str | None
     cuda: str | None = None     # the CUDA major TensorRT was built for (cuda_build.py), not torch's
+    toolkit: str = "tensorrt"   # the builder (optcli.backends.tensorrt.toolkit): tensorrt | tensorrt-rtx
 
 
 @dataclass
@@ -76,36 +78,33 @@ class ParserIssue:
 class ParserFailure(StageError):
     """TensorRT's ONNX parser rejected the model; `issues` holds (node, op, message) per error."""
 
-    def __init__(self, issues: list[ParserIssue]) -> None:
+    def __init__(self, issues: list[ParserIssue], label: str = "TensorRT") -> None:
         shown = "; ".join(i.describe() for i in issues[:3]) or "the parser gave no reason"
         more = f" (+{len(issues) - 3} more)" if len(issues) > 3 else ""
-        super().__init__(f"TensorRT's ONNX parser rejected the model: {shown}{more}",
+        super().__init__(f"{label}'s ONNX parser rejected the model: {shown}{more}",
                          hint="the op or attribute is not supported by this TensorRT version; see "
                               "docs/tensorrt.md for the options (--target cpu, another opset, a plugin)")
         self.issues = issues
 
 
-def _major(trt: Any) -> int:
-    return int(str(trt.__version__).split(".")[0])
-
-
 def create_network(trt: Any, builder: Any) -> Any:
-    """A strongly typed network: 10.x needs the STRONGLY_TYPED flag; 11.x is always strongly typed
-    (the flag is deprecated there and ignored), so it gets no flags."""
-    flags = 0 if _major(trt) >= 11 else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    """A strongly typed network: 10.x needs the STRONGLY_TYPED flag; 11.x and TensorRT-RTX are always
+    strongly typed (the flag is deprecated there and ignored), so they get no flags."""
+    flags = 0 if always_strongly_typed(trt) else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     network = builder.create_network(flags)
     if network is None:
         raise StageError("TensorRT could not create a network definition", hint="see TensorRT's log (--debug)")
     return network
 
 
-def parse_onnx(trt: Any, network: Any, logger: Any, path: Path) -> Any:
+def parse_onnx(trt: Any, network: Any, logger: Any, path: Path, data: bytes | None = None) -> Any:
     """Parse the ONNX into `network` and return the parser, which the caller keeps alive until the
     build ends (TensorRT: the parser owns the weights memory the network refers to).
-    parse_from_file (not parse(bytes)) so external weight files beside the model are found.
+    parse_from_file (not parse(bytes)) so external weight files beside the model are found; `data`: the
+    serialized graph to parse instead, its external weights found beside `path` (pyOnnx.cpp parse(model, path)).
     ParserFailure with (node, op, message) for each parser error."""
     parser = trt.OnnxParser(network, logger)
-    ok = parser.parse_from_file(str(path))
+    ok = parser.parse_from_file(str(path)) if data is None else parser.parse(data, str(path))
     if ok and parser.num_errors == 0:
         return parser
     issues = []
@@ -113,7 +112,7 @@ def parse_onnx(trt: Any, network: Any, logger: Any, path: Path) -> Any:
         err = parser.get_error(index)
         issues.append(ParserIssue(node=int(err.node()), node_name=str(err.node_name() or ""),
                                   op=str(err.node_operator() or ""), message=str(err.desc()).strip()))
-    raise ParserFailure(issues)
+    raise ParserFailure(issues, toolkit_of(trt).label)
 
 
 ShapeValues = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
@@ -132,6 +131,10 @@ def configure(trt: Any, builder: Any, network: Any, options: dict[str, Any], pro
     # changes no tactic (pyCore.cpp IBuilderConfig.profiling_verbosity; Polygraphy sets the same).
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     hw = options.get("hardware_compat", "none")
+    if is_rtx(trt) and (hw != "none" or options.get("version_compat")):
+        # TensorRT-RTX engines run on any Ampere+ RTX GPU by design; it logs these settings as unsupported.
+        raise UsageError("--hardware-compat and --version-compat are TensorRT options; TensorRT-RTX engines are "
+                         "portable across RTX GPUs (compute 8.0+) without them", hint="drop those flags")
     if hw != "none":
         level = getattr(trt.HardwareCompatibilityLevel, _HW_COMPAT[hw], None)
         if level is None:  # SAME_COMPUTE_CAPABILITY arrived after 10.0
@@ -164,13 +167,43 @@ def configure(trt: Any, builder: Any, network: Any, options: dict[str, Any], pro
     if dynamic or shape_inputs:
         profile = builder.create_optimization_profile()
         for p in dynamic:
-            profile.set_shape(p.name, p.min, p.opt, p.max)
+            _set_range(profile.set_shape, p.name, (p.min, p.opt, p.max), "shape")
         for name in shape_inputs:
-            profile.set_shape_input(name, *values[name])
+            _set_range(profile.set_shape_input, name, values[name], "values")
         if config.add_optimization_profile(profile) < 0:
-            raise StageError("TensorRT rejected the optimization profile: "
+            raise UsageError("TensorRT rejected the optimization profile: "
                              + ", ".join(p.describe() for p in dynamic), hint="check MIN <= OPT <= MAX per input")
     return config
+
+
+def _set_range(setter: Any, name: str, bounds: Any, what: str) -> None:
+    """profile.set_shape / set_shape_input, whose bindings raise RuntimeError (pyCore.cpp
+    PY_ASSERT_RUNTIME_ERROR) or TypeError on a bad range: a usage error naming the input, not a traceback."""
+    mn, opt, mx = (tuple(int(d) for d in b) for b in bounds)
+    problem = _range_problem(mn, opt, mx)
+    if problem is None:
+        try:
+            setter(name, mn, opt, mx)
+            return
+        except (RuntimeError, TypeError, ValueError) as exc:
+            problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    raise UsageError(f"bad profile {what} for input {name!r}: {_fmt(mn)} / {_fmt(opt)} / {_fmt(mx)} ({problem})",
+                     hint=f"give MIN/OPT/MAX of one rank with 0 <= MIN <= OPT <= MAX in every dim, e.g. "
+                          f"--input {name}:{_fmt(mn)}/{_fmt(mx)}/{_fmt(mx)}")
+
+
+def _range_problem(mn: tuple[int, ...], opt: tuple[int, ...], mx: tuple[int, ...]) -> str | None:
+    if not len(mn) == len(opt) == len(mx):
+        return f"ranks {len(mn)}, {len(opt)}, {len(mx)} differ"
+    if any(d < 0 or d >= 1 << 31 for d in (*mn, *opt, *mx)):
+        return "a dim outside 0..2^31-1"
+    if not all(a <= b <= c for a, b, c in zip(mn, opt, mx)):
+        return "MIN <= OPT <= MAX does not hold"
+    return None
+
+
+def _fmt(dims: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in dims) or "scalar"
 
 
 def load_timing_cache(trt: Any, config: Any, path: Path | None) -> str:
@@ -274,7 +307,10 @@ def build_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], option
     parser = parse_onnx(trt, network, logger, onnx_path)
     config = configure(trt, builder, network, options, profiles, shape_values)
     inputs, outputs = network_io(network, profiles)
-    timing_note = load_timing_cache(trt, config, timing_cache)
+    if is_rtx(trt):  # its builder times nothing (no GPU needed): "timing cache operations are no-ops"
+        timing_cache, timing_note = None, "unavailable"
+    else:
+        timing_note = load_timing_cache(trt, config, timing_cache)
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - t0
@@ -308,6 +344,8 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
     """The engine for this ONNX, profiles, options and machine: from the engine cache when a valid
     entry exists (and `force` is off), else built and cached."""
     options = cfg.build_options()
+    if machine.toolkit != "tensorrt":  # another builder, another engine: in the cache key and the metadata
+        options["toolkit"] = machine.toolkit
     onnx_sha = onnx_digest(onnx_path)
     ranges = profiles_json(profiles) + ([{"shape_values": {k: [list(v) for v in vs] for k, vs in
                                                          sorted(shape_values.items())}}] if shape_values else [])
@@ -319,8 +357,13 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
         def validate(data: bytes, meta: EngineMetadata) -> str | None:
             return _validate(trt, data, meta)
 
+        # An engine built ahead of time (no GPU in the machine: TensorRT-RTX) cannot be deserialized here
+        # (CUDA error 35 without a driver): it is trusted on its metadata and sha256, not re-opened, or
+        # every lookup would call it corrupt and rebuild it.
+        ahead_of_time = machine.gpu is None and machine.toolkit != "tensorrt"
         lookup = cache.lookup(key, tensorrt_version=machine.tensorrt_version, gpu=machine.gpu,
-                              compute_capability=machine.compute_capability, validate=validate, cuda=machine.cuda)
+                              compute_capability=machine.compute_capability,
+                              validate=None if ahead_of_time else validate, cuda=machine.cuda)
         if lookup.status == "hit" and lookup.engine_bytes is not None and lookup.metadata is not None:
             return Obtained(lookup.engine_bytes, lookup.metadata, {**lookup.to_json(), "key": key,
                                                                    "dir": str(cache.entry(key))})
@@ -336,7 +379,8 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
     info = {**lookup.to_json(), "key": key}
     if cache is not None:
         info["dir"] = str(cache.store(key, built.engine_bytes, meta))
-    return Obtained(built.engine_bytes, meta, info, timing_cache=f"{timing} ({built.timing_cache})",
+    timing_info = f"{timing} ({built.timing_cache})" if built.timing_cache != "unavailable" else None
+    return Obtained(built.engine_bytes, meta, info, timing_cache=timing_info,
                     warnings=built.warnings)
 
 

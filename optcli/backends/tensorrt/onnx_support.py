@@ -7,8 +7,20 @@ file rather than editing by hand; optcli.backends.tensorrt.preflight applies it.
 from __future__ import annotations
 
 SOURCE = "onnx/onnx-tensorrt docs/operators.md @ 96e7811 (TensorRT 10.1 GA)"
-# "TensorRT 10.0 supports operators in the inclusive range of opset 9 to opset 20" (operators.md, line 5).
-OPSET_RANGE = (9, 20)
+# The parser itself refuses no opset: below 7 it warns that the graph "is not guaranteed to work"
+# (onnx-tensorrt ModelImporter.cpp; TensorRT-RTX 1.7.1 parsed a Relu at opsets 6..26 here). The upper
+# end is the newest opset the installed major documents: 10.x's matrix says 9..20, 11.x reaches 25, and
+# TensorRT-RTX 1.7 imports the opset-23/24 ops below. Where nothing is installed the newest applies: a
+# false refusal blocks a build that works, a false pass only defers the error to the parser.
+OPSET_FLOOR = 7
+OPSET_CEILINGS = {"tensorrt-10": 20, "tensorrt-11": 25, "tensorrt-rtx-1": 25}
+NEWEST_OPSET = 25
+# Ops the 10.1 matrix lacks or marks N that newer parsers import: TensorRT-RTX 1.7.1's
+# OnnxParser.supports_operator said yes to each (measured), and the review (issue 29, F3) lists
+# Attention, RMSNormalization, RotaryEmbedding and Swish for 11.x. TensorRT 10.x refuses them.
+NEWER_OPS: dict[str, tuple[str, ...]] = {
+    op: ("FP32", "FP16", "BF16") for op in ("Attention", "RMSNormalization", "RotaryEmbedding", "Swish", "STFT",
+                                            "BlackmanWindow", "HammingWindow", "HannWindow", "TensorScatter")}
 # "INT8, INT4, and FP8 are treated as Quantized Types ... only through quantization" (operators.md, notes).
 QUANTIZED_TYPES = ("INT8", "FP8", "INT4")
 
@@ -51,7 +63,8 @@ OPS: dict[str, tuple[bool, tuple[str, ...], str]] = {
     'ConvTranspose': (True, ('FP32', 'FP16', 'BF16'), ''),
     'Cos': (True, ('FP32', 'FP16', 'BF16'), ''),
     'Cosh': (True, ('FP32', 'FP16', 'BF16'), ''),
-    'CumSum': (True, ('FP32', 'FP16', 'BF16'), 'axis must be an initializer'),
+    # INT32/INT64 measured: TensorRT-RTX 1.7.1 parsed RoBERTa's CumSum over its INT64 mask (not in 10.1's table).
+    'CumSum': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64'), 'axis must be an initializer'),
     'DFT': (False, (), ''),
     'DepthToSpace': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64'), ''),
     'DequantizeLinear': (True, ('INT8', 'FP8', 'INT4'), 'x_zero_point must be zero'),
@@ -209,3 +222,21 @@ OPS: dict[str, tuple[bool, tuple[str, ...], str]] = {
     'Where': (True, ('FP32', 'FP16', 'BF16', 'INT32', 'INT64', 'BOOL'), ''),
     'Xor': (True, ('BOOL',), ''),
 }
+
+# Documented Y for TensorRT, but TensorRT-RTX imports them through a plugin it does not ship: its 1.7.1
+# parser refused NonZero with "NonZero plugin creator ... not found" (measured here).
+RTX_REFUSED = {"NonZero": "TensorRT-RTX imports NonZero through a plugin it does not ship"}
+
+
+def opset_window(toolkit: str | None = None, version: str | None = None) -> tuple[int, int]:
+    """(lowest, highest) default-domain opset for the installed toolkit ("tensorrt" or "tensorrt-rtx" and
+    its version); the newest known window where none is installed."""
+    if toolkit and version:
+        key = f"{toolkit}-{str(version).split('.')[0]}"
+        return OPSET_FLOOR, OPSET_CEILINGS.get(key, NEWEST_OPSET)
+    return OPSET_FLOOR, NEWEST_OPSET
+
+
+def supports_newer_ops(toolkit: str | None = None, version: str | None = None) -> bool:
+    """Whether NEWER_OPS import: TensorRT 11.x and TensorRT-RTX, or the newest where nothing is installed."""
+    return not (toolkit == "tensorrt" and version and str(version).split(".")[0] == "10")

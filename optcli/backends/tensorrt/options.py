@@ -11,6 +11,8 @@ TOML (optcli.toml) and the CLI flags set the same keys:
     timing_cache = "trt.cache"  # --timing-cache PATH
     engine_cache = "~/.cache/optcli/tensorrt"   # --engine-cache DIR
     engine_cache_enabled = true # --no-engine-cache
+    max_seq = 512               # --max-seq: top of the range of a dynamic sequence dim [the length optcli runs at]
+    int8_fp16 = true            # --no-fp16 sets false: --int8 then keeps the float parts in FP32
 
 Registered in optcli.config.SECTIONS; its values are kept in CompileConfig.extra["tensorrt"] (a dict of
 what was set, through set_option, or a TensorRTConfig once the CLI has merged its flags).
@@ -86,6 +88,10 @@ class TensorRTConfig:
     timing_cache: Path | None = None        # None: one per TensorRT version and GPU under the cache root
     engine_cache: Path | None = None        # None: default_cache_root() / "engines"
     engine_cache_enabled: bool = True
+    max_seq: int | None = None              # top of a dynamic sequence dim's range; None: the length optcli runs at
+    # --int8 on a TensorRT target: FP16 where no Q/DQ stands (what `trtexec --int8 --fp16` users expect);
+    # False (--no-fp16): the float parts stay FP32.
+    int8_fp16: bool = True
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TensorRTConfig:
@@ -107,7 +113,12 @@ class TensorRTConfig:
             cfg.builder_opt_level = level
         if values.get("hardware_compat") is not None:
             cfg.hardware_compat = str(values["hardware_compat"]).lower()
-        for key in ("version_compat", "engine_cache_enabled"):
+        if values.get("max_seq") is not None:
+            seq = values["max_seq"]
+            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+                raise UsageError(f"max_seq must be a positive integer, got {seq!r}", hint="e.g. --max-seq 512")
+            cfg.max_seq = seq
+        for key in ("version_compat", "engine_cache_enabled", "int8_fp16"):
             if key in values:
                 if not isinstance(values[key], bool):
                     raise UsageError(f"[{SECTION}] {key} must be true or false, got {values[key]!r}")

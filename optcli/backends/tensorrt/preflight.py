@@ -6,25 +6,26 @@ here apply it node by node, with the element types ONNX shape inference gives ea
 
 | rule        | what is refused                                               | source |
 |-------------|---------------------------------------------------------------|--------|
-| opset       | a default-domain opset outside 9..20                          | operators.md, line 5 |
+| opset       | a default-domain opset below 7 or above the installed major's newest (10.x: 20; 11.x, RTX: 25) | onnx-tensorrt ModelImporter (warns below 7); operators.md per release |
 | op          | an op marked N, an op the matrix does not list, a custom domain | operators.md; onnx-tensorrt ModelImporter "No importer registered for op" |
 | type        | an input type outside the op's "Supported Types" (this is how INT64 into a float-only op, or UINT8/INT8 into a compute op, is caught) | operators.md, per op |
 | dtype       | an element type TensorRT has no DataType for (INT16, UINT32, STRING, ...) | operators.md, line 7; pyFoundationalTypes.cpp DataType |
 | q/dq        | DequantizeLinear of a non INT8/FP8/INT4 input (onnxruntime's INT32 bias), a non-zero zero point, a UINT8 QuantizeLinear, a per-channel axis outside the input, a scale of rank > 1 without block_size | operators.md rows DequantizeLinear/QuantizeLinear; NVIDIA/TensorRT#4542 |
 | constant    | inputs documented "must be an initializer / constant" that are computed at run time | operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot) |
-| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 2D/3D | operators.md rows AveragePool, MaxPool, LpPool |
+| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 1D/2D/3D, a window of 100000+ elements | operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured) |
+| attribute   | Resize with antialias = 1 | operators.md row Resize |
 | static      | EyeLike on an input with a dynamic dim                        | operators.md row EyeLike |
-| data-dependent | NonZero, NonMaxSuppression: outputs shaped by the data, which optcli's TensorRT runner refuses | optcli/backends/tensorrt/runner.py `_set_shapes` |
+| data-dependent | a graph output whose shape comes from input values (NonZero, NMS, a Slice/Pad/Reshape sized by a computed value, as the unpad rewrite does): TensorRT builds it, optcli's runner refuses it (no IOutputAllocator) | optcli/backends/tensorrt/runner.py `_set_shapes`; shape_flow.py |
 """
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from optcli.errors import StageError
-from optcli.backends.tensorrt.onnx_support import OPS, OPSET_RANGE, QUANTIZED_TYPES, SOURCE
+from optcli.backends.tensorrt.onnx_support import NEWER_OPS, OPS, QUANTIZED_TYPES, RTX_REFUSED, SOURCE, \
+    opset_window, supports_newer_ops
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
 # attempt to cast DOUBLE down to FLOAT" (operators.md notes), so it is checked as FP32.
@@ -35,13 +36,16 @@ _ONNX_TYPE = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5:
               15: "COMPLEX128", 16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2",
               20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
 # Inputs operators.md requires to be build-time constants: op -> (input index, what it is).
-_CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axes"), "Squeeze": (1, "axes"),
-                    "Unsqueeze": (1, "axes"), "OneHot": (1, "depth"),
+# Squeeze/Unsqueeze axes computed at run time import since 10.7 (onnx-tensorrt changelog "dynamic axes
+# support for Squeeze and Unsqueeze"; TensorRT-RTX 1.7.1 parsed them here): no longer listed.
+_CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axes"), "OneHot": (1, "depth"),
                     **{op: (1, "axes") for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
                                                   "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
                                                   "ReduceSumSquare")}}
 _POOLS = ("AveragePool", "MaxPool", "LpPool")
-_DATA_DEPENDENT = ("NonZero", "NonMaxSuppression")
+# INetworkDefinition::addPoolingNd refuses a window of this many elements or more (316x316 built, 317x317 did
+# not, TensorRT-RTX 1.7.1 here): the condition is volume(windowSize) < maxKernelDimsProduct.
+MAX_POOL_WINDOW = 100_000
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops whose first input is a shape, not the "T" the matrix's type column describes (ConstantOfShape's
 # column is the type of its `value`), and NonZero, whose data-dependent finding already covers it.
@@ -113,50 +117,53 @@ class _Graph:
             return None
 
 
-def check_model(model: Any) -> list[Finding]:
-    """All findings for an in-memory ONNX ModelProto, in graph order."""
+def check_model(model: Any, toolkit: str | None = None, version: str | None = None,
+                rules: tuple[str, ...] | None = None) -> list[Finding]:
+    """All findings for an in-memory ONNX ModelProto, in graph order, for the installed `toolkit`
+    ("tensorrt" / "tensorrt-rtx") and `version` (None: the newest known). `rules`: only these."""
     findings: list[Finding] = []
     opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), None)
-    lo, hi = OPSET_RANGE
+    lo, hi = opset_window(toolkit, version)
     if opset is not None and not lo <= opset <= hi:
-        findings.append(Finding(None, "", "", "opset", f"opset {opset} is outside TensorRT's documented range "
-                                f"{lo}..{hi}", SOURCE))
+        who = f"{toolkit} {version}" if toolkit and version else "the newest TensorRT"
+        findings.append(Finding(None, "", "", "opset", f"opset {opset} is outside {lo}..{hi}, what {who} imports",
+                                SOURCE))
     graph = _Graph(model)
+    newer = supports_newer_ops(toolkit, version)
     for index, node in enumerate(model.graph.node):
-        findings.extend(_check_node(index, node, graph))
-    return findings
+        findings.extend(_check_node(index, node, graph, newer))
+        if toolkit == "tensorrt-rtx" and node.op_type in RTX_REFUSED and node.domain in _DEFAULT_DOMAINS:
+            findings.append(_finding(index, node, "op", RTX_REFUSED[node.op_type], "TensorRT-RTX 1.7.1 parser, measured"))
+    findings.extend(_data_dependent(model))
+    findings.sort(key=lambda f: -1 if f.node is None else f.node)
+    return [f for f in findings if rules is None or f.rule in rules]
 
 
-def check_file(path: Path) -> list[Finding]:
+def _data_dependent(model: Any) -> list[Finding]:
+    """One finding per node that makes graph outputs data-dependent in shape (shape_flow.py)."""
+    from optcli.backends.tensorrt.shape_flow import data_dependent_outputs
+
+    by_node: dict[int, list[str]] = {}
+    for index, _, output in data_dependent_outputs(model):
+        by_node.setdefault(index, []).append(output)
+    found = []
+    for index, outputs in sorted(by_node.items()):
+        node = model.graph.node[index]
+        names = ", ".join(repr(o) for o in outputs)
+        found.append(_finding(index, node, "data-dependent", f"output {names} gets its shape from input values "
+                              f"(this {node.op_type} decides it): TensorRT builds that, but at run time such an output "
+                              "needs an IOutputAllocator, which optcli's TensorRT runner does not have",
+                              "optcli/backends/tensorrt/runner.py _set_shapes; issue 29 F5"))
+    return found
+
+
+def check_file(path: Path, toolkit: str | None = None, version: str | None = None,
+               rules: tuple[str, ...] | None = None) -> list[Finding]:
     """Findings for an ONNX file. External weights are not read: the only values a rule needs are
     zero points, small enough to sit inside the file."""
     from optcli.onnx_model import load_onnx
 
-    return check_model(load_onnx(path, load_weights=False))
-
-
-SKIP_ENV = "OPTCLI_TENSORRT_PREFLIGHT"
-
-
-class PreflightFailure(StageError):
-    """The preflight found what TensorRT's parser would refuse; `findings` holds them all."""
-
-    def __init__(self, path: Path, findings: list[Finding], what: str) -> None:
-        shown = "; ".join(f.describe() for f in findings[:3])
-        more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
-        super().__init__(f"{what} has what TensorRT's ONNX parser refuses: {shown}{more}",
-                         hint=f"optcli check {path} --target tensorrt lists every finding; if a real TensorRT "
-                              f"accepts the graph, set {SKIP_ENV}=off and report the rule")
-        self.findings = findings
-
-
-def require_clean(path: Path, what: str) -> None:
-    """Raise PreflightFailure when `path` has findings (unless OPTCLI_TENSORRT_PREFLIGHT=off)."""
-    if os.environ.get(SKIP_ENV, "").lower() in ("off", "0", "no"):
-        return
-    findings = check_file(path)
-    if findings:
-        raise PreflightFailure(path, findings, what)
+    return check_model(load_onnx(path, load_weights=False), toolkit, version, rules)
 
 
 def _finding(index: int, node: Any, rule: str, reason: str, source: str = SOURCE) -> Finding:
@@ -167,12 +174,14 @@ def _type_name(elem: int) -> str:
     return _ONNX_TYPE.get(elem, f"type {elem}")
 
 
-def _check_node(index: int, node: Any, g: _Graph) -> list[Finding]:
+def _check_node(index: int, node: Any, g: _Graph, newer: bool = True) -> list[Finding]:
     if node.domain not in _DEFAULT_DOMAINS:
         return [_finding(index, node, "op", f"custom domain {node.domain!r}: TensorRT's parser has no importer for it "
                          "(it needs a TensorRT plugin registered under that op name)",
                          "onnx-tensorrt ModelImporter: No importer registered for op")]
     entry = OPS.get(node.op_type)
+    if newer and node.op_type in NEWER_OPS:
+        entry = (True, NEWER_OPS[node.op_type], "")
     if entry is None or not entry[0]:
         what = "not supported (N in the support matrix)" if entry else "not in TensorRT's ONNX support matrix"
         return [_finding(index, node, "op", f"{node.op_type} is {what}")]
@@ -195,12 +204,10 @@ def _check_node(index: int, node: Any, g: _Graph) -> list[Finding]:
                                   f"time; TensorRT needs it as an initializer (restriction: {entry[2]})"))
     if node.op_type in _POOLS:
         found.extend(_check_pool(index, node, g))
+    if node.op_type == "Resize" and any(a.name == "antialias" and a.i for a in node.attribute):
+        found.append(_finding(index, node, "attribute", "antialias = 1; TensorRT's Resize does not antialias"))
     if node.op_type == "EyeLike" and None in g.shapes.get(node.input[0], (None,)):
         found.append(_finding(index, node, "static", "its input has a dynamic dim; TensorRT needs it static"))
-    if node.op_type in _DATA_DEPENDENT:
-        found.append(_finding(index, node, "data-dependent", f"{node.op_type}'s output shape depends on the data; "
-                              "TensorRT builds it but optcli's TensorRT runner refuses such outputs",
-                              "optcli/backends/tensorrt/runner.py _set_shapes"))
     return found
 
 
@@ -280,6 +287,13 @@ def _check_pool(index: int, node: Any, g: _Graph) -> list[Finding]:
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] in g.used:
         found.append(_finding(index, node, "pooling", "its Indices output is used; TensorRT does not produce it"))
     shape = g.shapes.get(node.input[0])
-    if shape is not None and len(shape) not in (4, 5):
-        found.append(_finding(index, node, "pooling", f"{len(shape) - 2}D pooling; TensorRT pools 2D or 3D only"))
+    # 1D pools import too (the importer pools them as 2D: TensorRT-RTX 1.7.1 parsed a 1D MaxPool here).
+    if shape is not None and len(shape) not in (3, 4, 5):
+        found.append(_finding(index, node, "pooling", f"{len(shape) - 2}D pooling; TensorRT pools 1D, 2D or 3D only"))
+    kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+    if kernel and math.prod(kernel) >= MAX_POOL_WINDOW:
+        found.append(_finding(index, node, "pooling", f"window {'x'.join(map(str, kernel))} ({math.prod(kernel)} "
+                              f"elements); TensorRT's pooling takes fewer than {MAX_POOL_WINDOW} (HF EfficientNet's "
+                              "AvgPool2d(hidden_dim) is one)", "TensorRT-RTX 1.7.1 parser, measured: addPoolingNd "
+                              "volume(windowSize) < maxKernelDimsProduct"))
     return found

@@ -43,6 +43,7 @@ from optcli.backends.tensorrt import handles, io_types
 from optcli.backends.tensorrt.engine_loader import load_engine, tensor_spec
 from optcli.backends.tensorrt.handles import Context, Handle, Shape, shape_key
 from optcli.backends.tensorrt.logger import make_logger
+from optcli.backends.tensorrt.toolkit import TENSORRT
 
 
 def _numel(shape: Shape) -> int:
@@ -53,6 +54,7 @@ class TensorRTRunner(Runner):
     """Runs a TensorRT engine file (or an engine cache entry folder) on one GPU."""
 
     backend = "tensorrt"
+    toolkit = TENSORRT  # the bindings it runs with (TensorRT-RTX's runner subclasses it)
 
     def __init__(self, path: str | Path, *, threads: int | None = None, concurrency: int = 1, device: int = 0,
                  outputs: str = "numpy", cuda_graph: bool = False, check_metadata: bool = True,
@@ -60,7 +62,7 @@ class TensorRTRunner(Runner):
         del threads  # the pipeline passes CPU thread counts to every runner; an engine runs on the GPU
         if outputs not in ("numpy", "torch"):
             raise UsageError(f"unknown outputs mode {outputs!r}", hint="use numpy (copied to the host) or torch (stay on the GPU)")
-        self.trt = require("tensorrt", "running TensorRT engines")
+        self.trt = require(self.toolkit.module, f"running {self.toolkit.label} engines")
         self.torch = torch = require("torch", "TensorRT device buffers (a CUDA build of torch)")
         if not torch.cuda.is_available():
             from optcli.backends.tensorrt.probe import TensorRTStatus, TensorRTUnavailableError
