@@ -115,3 +115,30 @@ def test_simplify_keeps_plain_onnx_ops_for_tensorrt(rtx, tmp_path, engine_cache)
     simplify = next(s for s in report["stages"] if s["name"] == "simplify")
     graph = onnx.load(str(tmp_path / "out" / simplify["artifact"]), load_external_data=False)
     assert {n.domain for n in graph.graph.node} <= {"", "ai.onnx"}
+
+
+def test_an_rtx_engine_is_checked_for_its_version_only(tmp_path: Path) -> None:
+    """TensorRT-RTX engines run on any RTX GPU (compute 8.0+): the loader's metadata check compares only
+    the TensorRT-RTX version, never the GPU or compute capability of the machine that built it (which
+    has none). A merge once left this rule in a runner method nothing called."""
+    import json
+
+    from optcli.backends.tensorrt.engine_loader import check_metadata
+    from optcli.backends.tensorrt.metadata import EngineMetadata
+    from optcli.errors import UsageError
+
+    trt = pytest.importorskip("tensorrt_rtx_bindings")
+    engine = tmp_path / "model.engine"
+    engine.write_bytes(b"")
+
+    def write(version: str) -> None:
+        meta = EngineMetadata(tensorrt_version=version, gpu=None, compute_capability=None, cache_key="k",
+                              onnx_sha256="a", engine_sha256="b", engine_bytes=0, profiles=[], inputs=[],
+                              outputs=[], options={}, build_seconds=0.0)
+        (tmp_path / "model.engine.json").write_text(json.dumps(meta.to_json()))
+
+    write(str(trt.__version__))
+    assert check_metadata(trt, None, engine, 0).gpu is None  # no GPU query: torch is not even given
+    write("0.0.1")
+    with pytest.raises(UsageError, match="built with TensorRT-RTX 0.0.1"):
+        check_metadata(trt, None, engine, 0)

@@ -13,6 +13,7 @@ from optcli.backends.tensorrt import io_types
 from optcli.backends.tensorrt.builder import deserialize
 from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
+from optcli.backends.tensorrt.toolkit import is_rtx
 
 
 @dataclass
@@ -40,6 +41,13 @@ def check_metadata(trt: Any, torch: Any, engine_path: Path, device: Any) -> Engi
         meta = read_metadata(meta_path)
     except ValueError:
         return None  # not ours or damaged: TensorRT's own check at deserialization still applies
+    if is_rtx(trt):
+        # TensorRT-RTX engines are portable across RTX GPUs (compute 8.0+): only its version must match.
+        here = str(trt.__version__)
+        if meta.tensorrt_version != here:
+            raise UsageError(f"{engine_path} was built with TensorRT-RTX {meta.tensorrt_version}, this machine has "
+                             f"{here}", hint="rebuild it with optcli compile MODEL --target tensorrt-rtx")
+        return meta
     major, minor = torch.cuda.get_device_capability(device)
     # TensorRT's CUDA major, not torch's: an engine is tied to the TensorRT build that made it, and
     # torch may use another CUDA major in the same process (second review, F8).
