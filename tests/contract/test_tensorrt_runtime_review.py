@@ -251,7 +251,9 @@ def test_f8_the_build_stage_records_tensorrts_cuda_major(monkeypatch):
                                "torch_cuda": "13.0", "builder": True})
     assert status.usable and status.tensorrt_cuda == "12"
     monkeypatch.setattr(probe, "tensorrt_status", lambda: status)
-    stage = types.SimpleNamespace(ctx=types.SimpleNamespace(facts={}))
+    from optcli.backends.tensorrt.toolkit import TENSORRT
+
+    stage = types.SimpleNamespace(ctx=types.SimpleNamespace(facts={}), toolkit=lambda: TENSORRT)
     assert BuildTensorRTStage.machine(stage).cuda == "12"   # type: ignore[arg-type]
 
 
