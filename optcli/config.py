@@ -198,6 +198,9 @@ class CompileConfig(Freezable):
         if not (isinstance(self.bench.settle, (int, float)) and 0 <= self.bench.settle < 1):
             raise UsageError(f"bench settle {self.bench.settle!r} must be a fraction in [0, 1)",
                              hint="e.g. [bench] settle = 0.01 (+-1%), or 0 to always time `runs` calls")
+        from optcli.runtime.thread_limit import check_threads
+
+        check_threads(self.bench.threads, "--threads ([bench] threads)")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
         from optcli.quantize.tolerance import check_bounds

@@ -30,10 +30,14 @@ def cache_key(stage: Any, artifact: Artifact) -> str:
 
 
 def well_formed(record: dict[str, Any]) -> bool:
-    """The fields a cache hit reads, with the right types (else the stage is rebuilt)."""
+    """The fields a cache hit reads, with the right types, and runner options only those a record may
+    carry (optcli/runtime/recorded_options.py); else the stage is rebuilt."""
+    from optcli.runtime.recorded_options import problem
+
     return (all(isinstance(record.get(k), str) for k in _STRINGS) and all(isinstance(record.get(k), dict) for k in _DICTS)
             and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
-            and isinstance(record.get("accuracy"), (dict, type(None))))
+            and isinstance(record.get("accuracy"), (dict, type(None)))
+            and problem(record["format"], record.get("meta", {}).get("runner_options", {})) is None)
 
 
 def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
