@@ -36,9 +36,15 @@ def _noop(_event: str, _data: dict[str, Any]) -> None:
     return None
 
 
-def _check_out_dir(out: Path) -> None:
+def _check_out_dir(out: Path, force: bool) -> None:
+    from optcli.run_lock import made_by_optcli
+
     if out.exists() and not out.is_dir():
         raise UsageError(f"output folder {out} is a file", hint="pass --out a folder path")
+    if not force and not made_by_optcli(out):
+        # report.json, report.md and the stage folders would overwrite files of the same names there
+        raise UsageError(f"output folder {out} already holds files and is not an optcli output folder",
+                         hint="pass a new or empty --out, or --force to write into it anyway")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".optcli-write-test"
@@ -110,7 +116,7 @@ class Pipeline:
 
         t_start = time.perf_counter()
         source = detect(self.config.model, allow_pickle=self.config.export.allow_pickle)
-        _check_out_dir(self.out)
+        _check_out_dir(self.out, self.config.force)
         with output_lock(self.out):
             return self._run_locked(source, t_start)
 
