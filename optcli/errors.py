@@ -83,6 +83,28 @@ class Terminated(KeyboardInterrupt):
     `interrupted`, no half-written folder stays behind, and the exit code is 143."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, raised by the CLI's handler: told apart from a KeyboardInterrupt that a plugin raises itself."""
+
+
+def foreign_exit(exc: BaseException) -> bool:
+    """Whether `exc`, raised inside code optcli called (a calibration reader, a model factory), is that
+    code's own way out rather than the user's: SystemExit always; KeyboardInterrupt when the CLI's signal
+    handlers are in place and no signal raised it. Such code must not decide the exit code (SystemExit(0)
+    made a failed run exit 0). Without those handlers (the API) a Ctrl-C cannot be told apart: it stays one."""
+    import signal
+
+    if isinstance(exc, SystemExit):
+        return True
+    if not isinstance(exc, KeyboardInterrupt) or isinstance(exc, (Interrupted, Terminated)):
+        return False
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+    except ValueError:  # not the main thread's interpreter state: assume the default handler
+        return False
+    return handler not in (signal.default_int_handler, signal.SIG_DFL, signal.SIG_IGN, None)
+
+
 def model_error_line(exc: BaseException) -> str:
     """The line of a model's (or library's) exception that says what went wrong (TorchScript puts it last)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]

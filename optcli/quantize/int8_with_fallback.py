@@ -16,7 +16,7 @@ from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
-from optcli.calibration.split import split_calibration
+from optcli.calibration.split import cap_note, split_calibration
 from optcli.latency import stats_from_samples, time_calls
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
@@ -71,6 +71,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
+    calib_info = {**calib_info, **cap_note(calib, q)}
     reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
     session = {"runner_options": {"threads": ctx.config.bench.threads}, "pool": ctx.runners}  # the row's
     out = workdir / "model.onnx"

@@ -202,6 +202,10 @@ class BuildCpuStage(Stage):
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
+        if calib is not None and calib.capped:  # said where the quantize stage did not run to say it
+            from optcli.calibration.split import cap_note
+
+            details["calibration"] = cap_note(calib, self.ctx.config.quantize)
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
         twins = self.ctx.facts.get("unpad_twins")
