@@ -24,7 +24,7 @@ from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
 from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
-from optcli.quantize.module_names import node_modules, resolve_excludes
+from optcli.quantize.module_names import check_exclude_ops, node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
 
 
@@ -64,8 +64,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     flavour = resolve_flavour(q.flavour, ctx.target, looks_like_encoder(op_histogram(model)))
     candidates = candidate_nodes(fp32, flavour)
     units, total_flops = compute_units(fp32, flavour, earlier_onnx(ctx))
-    manual = sorted(set(user_excludes(ctx, model))
-                    | {n.name for n in graph.node if n.op_type in q.exclude_ops})
+    ops = check_exclude_ops(q.exclude_ops, {n.op_type for n in graph.node}, earlier_op_types(ctx, q.exclude_ops))
+    manual = sorted(set(user_excludes(ctx, model)) | {n.name for n in graph.node if n.op_type in ops})
     ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
     if flavour.static:
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
@@ -150,6 +150,11 @@ def user_excludes(ctx: Any, model: Any) -> list[str]:
         model = graph_view(model)
     modules = node_modules(model, *[graph_view(p) for p in earlier_onnx(ctx)])
     return resolve_excludes(patterns, [n.name for n in model.graph.node], modules)
+
+
+def earlier_op_types(ctx: Any, wanted: list[str]) -> set[str]:
+    """Op types of the run's earlier graphs (read only when --exclude-op names some)."""
+    return {n.op_type for p in earlier_onnx(ctx) for n in graph_view(p).graph.node} if wanted else set()
 
 
 def earlier_onnx(ctx: Any) -> list[Path]:

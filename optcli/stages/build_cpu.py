@@ -225,7 +225,14 @@ class BuildCpuStage(Stage):
 
         if artifact.format == registry.ONNX:
             float_art = newest_float_onnx(self._lineage(artifact))
-            specs, _ = io_specs(graph_view(float_art.path))
+            graph = graph_view(float_art.path)
+            if self.ctx.config.quantize.precision == "int8":  # a candidate's build would only fail on a typo
+                from optcli.quantize.int8_with_fallback import earlier_op_types
+                from optcli.quantize.module_names import check_exclude_ops
+
+                ops = self.ctx.config.quantize.exclude_ops
+                check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
+            specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
             return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev,
                                                              self.ctx.runners, self.ctx.config.bench.threads))
