@@ -19,6 +19,10 @@ from optcli.errors import UsageError
 from optcli.optional_imports import require
 
 CONFIG = "config.json"
+# The other files from_pretrained(use_safetensors=True) opens in a local folder (no variant, no subfolder).
+GENERATION_CONFIG = "generation_config.json"
+# Deeper JSON than any real config: json's own recursion limit ended such a file in a RecursionError.
+MAX_JSON_DEPTH = 64
 DEFAULT_SEQUENCE = 128
 # --task -> the transformers Auto class that builds it
 TASKS = {"feature-extraction": "AutoModel", "text-classification": "AutoModelForSequenceClassification",
@@ -35,11 +39,28 @@ def is_model_folder(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file()
 
 
-def read_config(folder: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> Any:
+    """A JSON file of the folder as data: unreadable, invalid or nested deeper than MAX_JSON_DEPTH is exit 2."""
+    hint = "re-save the folder with save_pretrained"
     try:
-        data = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{folder / CONFIG} is not readable JSON: {exc}", hint="re-save it with save_pretrained") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:200]
+        raise UsageError(f"{path} is not readable JSON: {why}", hint=hint) from None
+    stack = [(data, 1)]
+    while stack:  # iterative: the check itself must not recurse
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise UsageError(f"{path} is nested more than {MAX_JSON_DEPTH} levels deep: not a model config", hint=hint)
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return data
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    data = _read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise UsageError(f"{folder / CONFIG} is not a model config", hint="re-save it with save_pretrained")
     if data.get("auto_map"):
@@ -109,6 +130,8 @@ def load_model_folder(folder: Path, task: str, sequence: int | None = None
     torch = require("torch", "loading PyTorch models")
     transformers = require("transformers", "Hugging Face model folders")
     data = read_config(folder)
+    if (folder / GENERATION_CONFIG).is_file():  # transformers parses it too: checked here, as config.json is
+        _read_json(folder / GENERATION_CONFIG)
     if not any(folder.glob("*.safetensors")):
         raise UsageError(f"{folder} has no .safetensors weights",
                          hint="save it with save_pretrained(..., safe_serialization=True); optcli does not "

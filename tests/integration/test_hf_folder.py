@@ -95,3 +95,47 @@ def test_folder_with_pickled_weights_only_is_refused(folders: dict[str, Path], t
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
     p = run_optcli("compile", str(folder), "--out", str(tmp_path / "o"), "--no-bench")
     assert p.returncode == EXIT_USAGE and "no .safetensors weights" in p.stderr, p.stderr
+
+
+def _sharded_copy(source: Path, folder: Path) -> dict[str, Any]:
+    """`source`'s weights split in two shards with a safetensors index, as save_pretrained(max_shard_size=...)
+    writes them; returns the index."""
+    from safetensors.numpy import load_file, save_file
+
+    folder.mkdir()
+    (folder / "config.json").write_text((source / "config.json").read_text())
+    tensors = load_file(str(source / "model.safetensors"))
+    names = sorted(tensors)
+    half = len(names) // 2
+    weight_map = {}
+    for i, part in enumerate((names[:half], names[half:]), 1):
+        shard = f"model-0000{i}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, str(folder / shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return index
+
+
+# -- issue 30, item 12: a deeply nested JSON file of the folder is bad input (exit 2), not a crash ----
+
+@pytest.mark.parametrize("which, depth", [("config.json", 100_000), ("config.json", 500),
+                                          ("generation_config.json", 100_000)])
+def test_deeply_nested_json_exits_2(folders: dict[str, Path], tmp_path: Path, which: str, depth: int) -> None:
+    """config.json nested 100,000 levels deep ended in RecursionError, exit 1 (an 'internal error'). Any JSON
+    file of the folder nested past what json (or transformers, copying a config) recurses through is refused."""
+    folder = tmp_path / "deep"
+    _sharded_copy(folders["gpt2-lm"], folder)
+    nested = "[" * depth + "]" * depth
+    path = folder / which
+    if which == "config.json":
+        config = json.loads(path.read_text())
+        path.write_text(json.dumps(config)[:-1] + f', "extra": {nested}}}')
+    else:
+        path.write_text(f'{{"bos_token_id": 0, "extra": {nested}}}')
+    code, _, err = run_main("compile", str(folder), "--out", str(tmp_path / "o"), "--no-bench",
+                            "--backend", "onnxruntime", "--target", "cpu")
+    assert code == EXIT_USAGE, (code, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
+    assert which in line and "nested" in line, line
