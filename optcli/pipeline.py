@@ -19,7 +19,7 @@ from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
 from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
-from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
+from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.onnx_model import graph_view, io_specs
 from optcli.report import RunReport, StageReport
@@ -51,6 +51,9 @@ def _check_out_dir(out: Path, force: bool) -> None:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
+        full = disk_full(exc)
+        if full is not None:
+            raise full from None
         raise UsageError(f"cannot write to output folder {out}: {exc.strerror or exc}",
                          hint="pass --out a folder you can write to") from None
 
@@ -144,9 +147,12 @@ class Pipeline:
         except OptcliError as exc:
             self._record_end(report, exc)
         except BaseException as exc:  # Ctrl-C, SIGTERM or a bug: recorded like the rest, then re-raised
-            self._record_end(report, exc)
+            full = disk_full(exc)
+            self._record_end(report, full or exc)
             self._finish(report, t_start)
-            raise
+            if full is None:
+                raise
+            return report  # a full disk outside a stage (a report write): failed, exit 1, as inside one
         finally:
             ctx.runners.close()
         self._finish(report, t_start)
@@ -221,10 +227,13 @@ class Pipeline:
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
                 write_record(tmp, key, self.measure.bench_key(), rel, result.artifact, record)
-        except StageError as exc:
-            record.status, record.reason = "failed", exc.message
+        except Exception as exc:  # a full disk fails the stage too: its folder is gone, so the report has room
+            failure = exc if isinstance(exc, StageError) else disk_full(exc)
+            if failure is None:
+                raise
+            record.status, record.reason = "failed", failure.message
             record.seconds = round(time.perf_counter() - t0, 3)
-            record.details["error"] = error_record(exc, stage.name)
+            record.details["error"] = error_record(failure, stage.name)
             return artifact
         made = result.artifact  # the folder was renamed: point the artifact at its final place
         out = Artifact(stage_dir / rel, made.format, made.precision, stage.name, artifact.sha256, made.backend,

@@ -12,7 +12,8 @@ import click
 from optcli.cli import signals
 from optcli.optional_imports import own_process
 from optcli.version import __version__
-from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
+from optcli.errors import (EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated,
+                           disk_full)
 
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.
 COMMANDS = {
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: keep it to one line unless --debug
         if debug:
             raise
+        full = disk_full(exc)
+        if full is not None:  # a full disk where no report could say it: still one line, exit 1
+            _print_error(full.message, full.hint)
+            sys.exit(full.exit_code)
         _print_error(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                      "rerun with --debug for the traceback, and report it")
         sys.exit(EXIT_STAGE_FAILED)
