@@ -213,8 +213,11 @@ class Pipeline:
             return artifact
         key = cache_key(stage, artifact)
         cached = None if self.config.force else load_record(stage_dir, key)
+        rejected = None
         if cached is not None:
-            return self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference, later)
+            reused, rejected = self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference, later)
+            if reused is not None:
+                return reused
         t0 = time.perf_counter()
         try:
             with atomic_dir(stage_dir) as tmp:
@@ -239,26 +242,40 @@ class Pipeline:
         out = Artifact(stage_dir / rel, made.format, made.precision, stage.name, artifact.sha256, made.backend,
                        made.meta, made.sha256)
         record.status, record.artifact = "ok", str((stage_dir / rel).relative_to(self.out))
+        if rejected:
+            record.details["cache_rejected"] = rejected
         self._apply_gate(stage, record)
         return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
-               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]) -> Artifact:
+               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]
+               ) -> tuple[Artifact | None, str | None]:
+        """(the cached stage's artifact, None), or (None, why) where its artifact, measured again against the
+        user's model, is not what the stage makes or its record says: the stage is then rebuilt
+        (optcli/cache_recheck.py)."""
+        from optcli.cache_recheck import recheck
+
         out = cached_artifact(stage_dir, cached, stage.name, artifact.sha256)
+        self.emit("phase", {"text": f"{stage.name}: re-checking the cached artifact"})
+        t_measure = time.perf_counter()
+        setting = self._row_setting(stage, later, out)
+        fresh, rejected = recheck(self.measure, ctx, stage, artifact, out, reference, cached["accuracy"], setting)
+        if rejected:
+            return None, f"the cached stage was rebuilt: {rejected}"
         record.status, record.seconds, record.details = "cached", cached["seconds"], cached["details"]
         record.artifact = str((stage_dir / cached["artifact"]).relative_to(self.out))
         record.graph = cached["graph"]
+        # the record's notes (a deferred gate, the reference's kind) with the figures measured now
+        accuracy = {**(cached["accuracy"] or {}), **(fresh or {})}
         if cached.get("bench_key") == self.measure.bench_key():
-            record.latency_ms, record.accuracy = cached["latency_ms"], cached["accuracy"]
+            record.latency_ms, record.accuracy = cached["latency_ms"], accuracy
             self.measure.remember(ctx, artifact, cached["latency_ms"].get("before"))
             self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
         else:
-            t_measure = time.perf_counter()
-            self.measure.around_stage(ctx, stage, record, artifact, out, reference,
-                                      optimization=self._row_setting(stage, later, out))
-            record.measure_seconds = round(time.perf_counter() - t_measure, 3)
+            self.measure.around_stage(ctx, stage, record, artifact, out, reference, accuracy, optimization=setting)
+        record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
-        return self._declined(record, artifact, out)
+        return self._declined(record, artifact, out), None
 
     def _row_setting(self, stage: Stage, later: list[Stage], made: Artifact) -> str:
         """The setting `stage`'s row is timed at: its own, or for a stage without one (export) the setting

@@ -61,8 +61,11 @@ def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
 
 
 def cached_artifact(stage_dir: Path, record: dict[str, Any], stage: str, parent: str) -> Artifact:
+    # meta's "accuracy" (what the INT8 stage judged, which build-cpu would take as known) is a claim of the
+    # file: the pipeline measures a reused artifact again instead (optcli/cache_recheck.py)
+    meta = {k: v for k, v in record.get("meta", {}).items() if k != "accuracy"}
     return Artifact(stage_dir / record["artifact"], record["format"], precision=record["precision"], stage=stage,
-                    parent=parent, backend=record["backend"], meta=record.get("meta", {}), _sha256=record["sha256"])
+                    parent=parent, backend=record["backend"], meta=meta, _sha256=record["sha256"])
 
 
 def write_record(folder: Path, key: str, bench_key: str, relative: Path, artifact: Artifact,

@@ -106,7 +106,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
         if missed:
             final_acc["fallback_closest"] = closest_summary(fallback)
-            if _cpu_candidates_follow(ctx):
+            if cpu_candidates_follow(ctx):
                 final_acc["gate_deferred_to"] = "build-cpu"
     if deferred:
         final_acc["gate_deferred_to"] = "build-cpu"
@@ -168,10 +168,10 @@ def fallback_deferred(ctx: Any) -> bool:
     INT8 candidates follow. On MiniLM (no VNNI) the fallback took 195 s and NNCF's candidate passed."""
     from optcli.cpu.options import cpu_config
 
-    return _cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
+    return cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
 
 
-def _cpu_candidates_follow(ctx: Any) -> bool:
+def cpu_candidates_follow(ctx: Any) -> bool:
     """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
     that runs this stage's ONNX as it is) after this stage."""
     from optcli.backends.registry import all_backends, for_format

@@ -138,6 +138,9 @@ class BuildCpuStage(Stage):
                 # A search cut short by --time-budget is the answer to that budget only.
                 **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        return self.gate(accuracy)  # within this stage's tolerance of the user's model, as when it was built
+
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
@@ -147,6 +150,12 @@ class BuildCpuStage(Stage):
         """Artifacts of this run, newest first (the pipeline records them in ctx.facts)."""
         seen = list(self.ctx.facts.get("artifacts", {}).values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
+
+    def heldout_rows(self, before: Artifact) -> SampleSet:
+        if before.format != registry.ONNX:
+            return self._data(self.ctx.inputs)[1]
+        float_art = newest_float_onnx(self._lineage(before))
+        return self._data(io_specs(graph_view(float_art.path))[0])[1]
 
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
