@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compile_testkit import read_report, run_main, run_optcli
+from compile_testkit import read_report, run_main, run_optcli, sharded_copy
 
 pytestmark = pytest.mark.slow
 EXIT_USAGE = 2
@@ -99,29 +99,9 @@ def test_folder_with_pickled_weights_only_is_refused(folders: dict[str, Path], t
 
 # -- issue 30, item 7: every file a folder's index or config names resolves inside the folder --------
 
-def _sharded_copy(source: Path, folder: Path) -> dict[str, Any]:
-    """`source`'s weights split in two shards with a safetensors index, as save_pretrained(max_shard_size=...)
-    writes them; returns the index."""
-    from safetensors.numpy import load_file, save_file
-
-    folder.mkdir()
-    (folder / "config.json").write_text((source / "config.json").read_text())
-    tensors = load_file(str(source / "model.safetensors"))
-    names = sorted(tensors)
-    half = len(names) // 2
-    weight_map = {}
-    for i, part in enumerate((names[:half], names[half:]), 1):
-        shard = f"model-0000{i}-of-00002.safetensors"
-        save_file({n: tensors[n] for n in part}, str(folder / shard), metadata={"format": "pt"})
-        weight_map.update({n: shard for n in part})
-    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return index
-
-
 def test_a_sharded_folder_compiles(folders: dict[str, Path], tmp_path: Path) -> None:
     """The index check refuses only what leads out: a real sharded folder still compiles."""
-    _sharded_copy(folders["bert-cls"], tmp_path / "sharded")
+    sharded_copy(folders["bert-cls"], tmp_path / "sharded")
     code, _, err = run_main("compile", str(tmp_path / "sharded"), "--out", str(tmp_path / "o"), "--no-bench",
                             "--backend", "onnxruntime", "--target", "cpu")
     assert code == 0, err
@@ -139,7 +119,7 @@ def test_a_file_named_outside_the_folder_is_refused(folders: dict[str, Path], tm
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     folder = tmp_path / "model"
-    index = _sharded_copy(folders["bert-cls"], folder)
+    index = sharded_copy(folders["bert-cls"], folder)
     shard = next(iter(sorted(set(index["weight_map"].values()))))
     (outside / "escaped.safetensors").write_bytes((folder / shard).read_bytes())
     (outside / "config.json").write_text((folder / "config.json").read_text())
@@ -188,7 +168,7 @@ def test_deeply_nested_json_exits_2(folders: dict[str, Path], tmp_path: Path, wh
     """config.json nested 100,000 levels deep ended in RecursionError, exit 1 (an 'internal error'). Any JSON
     file of the folder nested past what json (or transformers, copying a config) recurses through is refused."""
     folder = tmp_path / "deep"
-    _sharded_copy(folders["gpt2-lm"], folder)
+    sharded_copy(folders["gpt2-lm"], folder)
     nested = "[" * depth + "]" * depth
     path = folder / which
     if which == "config.json":
