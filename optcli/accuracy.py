@@ -173,3 +173,22 @@ def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: floa
         if top1 is not None and "top1_agreement" in e and e["top1_agreement"] < top1:
             return f"output {name!r}: top-1 agreement {e['top1_agreement']:.4f} < tolerance {top1}"
     return None
+
+
+# A stage that keeps the model's function (export, simplify, fuse, unpad) matches it to float32 rounding:
+# the export stage's own check of its ONNX against PyTorch uses these bounds.
+SAME_FUNCTION_COSINE = 0.9999
+SAME_FUNCTION_MAX_ABS_REL = 1e-3  # of the output's own largest magnitude
+
+
+def same_function(summary: dict[str, Any]) -> str | None:
+    """Why outputs do not match the reference to float32 rounding (an output's cosine, or its max abs error
+    relative to its scale), naming the output; else None."""
+    for name, e in summary.get("outputs", {}).items():
+        if not e.get("finite", True):
+            return f"output {name!r} has NaN or Inf values"
+        if e["max_abs_err"] > SAME_FUNCTION_MAX_ABS_REL * e.get("scale", 0.0) and e["max_abs_err"] >= NUMERIC_ZERO:
+            return f"output {name!r}: max abs error {e['max_abs_err']:.4g} on outputs of scale {e.get('scale', 0.0):.4g}"
+        if e["cosine_min"] < SAME_FUNCTION_COSINE and not _cosine_is_noise(e):
+            return f"output {name!r}: cosine {e['cosine_min']:.6f} < {SAME_FUNCTION_COSINE}"
+    return None

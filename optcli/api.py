@@ -196,7 +196,9 @@ def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: in
     from optcli.backends.registry import all_backends, for_format, load_object
     from optcli.loaded_model import resolve_artifact
     from optcli.errors import UsageError
+    from optcli.runtime.thread_limit import check_threads
 
+    check_threads(threads, "threads")  # the profilers open their runners themselves
     resolved = resolve_artifact(artifact)
     backend = for_format(resolved.format)
     if backend.profiler is None:

@@ -29,7 +29,11 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     from optcli.backends.registry import companion_files
 
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path, *companion_files(path)]
+    if path.is_dir():  # its own files: a link out of the folder is not part of it, and is never read
+        root = path.resolve()
+        files = sorted(p for p in path.rglob("*") if p.is_file() and root in p.resolve().parents)
+    else:
+        files = [path, *companion_files(path)]
     if registry.is_onnx_file(path) and path.is_file():
         files.extend(path.parent / f for f in onnx_external_files(path))
     # A run hashes the same 440 MB file several times (a stage's output is the next one's input): once

@@ -205,6 +205,9 @@ class CompileConfig(Freezable):
         if not (isinstance(self.bench.settle, (int, float)) and 0 <= self.bench.settle < 1):
             raise UsageError(f"bench settle {self.bench.settle!r} must be a fraction in [0, 1)",
                              hint="e.g. [bench] settle = 0.01 (+-1%), or 0 to always time `runs` calls")
+        from optcli.runtime.thread_limit import check_threads
+
+        check_threads(self.bench.threads, "--threads ([bench] threads)")
         if self.bench.batch < 1 or self.accuracy.batch < 1:
             raise UsageError("batch sizes must be >= 1", hint="e.g. [bench] batch = 1")
         from optcli.quantize.tolerance import check_bounds
@@ -385,6 +388,37 @@ def code_running_settings(config: CompileConfig) -> dict[str, str]:
     return found
 
 
+# What a config file's value must be, by the field's annotation: TOML has its own types, and a value of the
+# wrong one ([compile] out = true, inputs = [5]) ended in a TypeError deep in the run (exit 1), or passed
+# as something else ([cpu] keep-candidates = "no" is a true string).
+_TOML_TYPES: dict[str, tuple[tuple[type, ...], str, str]] = {  # kind: (types, in words, an example)
+    "bool": ((bool,), "true or false", "true"), "int": ((int,), "a whole number", "2"),
+    "float": ((int, float), "a number", "0.5"), "str": ((str,), "a string", '"auto"'),
+    "Path": ((str,), "a path (a string)", '"folder"'), "list[str]": ((list,), "a list of strings", '["a", "b"]'),
+    "list[TensorSpec]": ((list,), "a list of strings", '["x:1x3x224x224"]'),
+    "dict[str, str]": ((dict,), "a table of strings", '{ key = "value" }')}
+
+
+def check_value_type(cls: type, name: str, value: Any, where: str) -> None:
+    """Refuse (exit 2) a config file's value whose TOML type is not field `name`'s of section `cls`.
+    Fields of other annotations are left to their section's parser."""
+    import json
+
+    annotation = next((f.type for f in dataclasses.fields(cls) if f.name == name), None)
+    kind = annotation.removesuffix(" | None") if isinstance(annotation, str) else None
+    if kind not in _TOML_TYPES or (value is None and annotation.endswith("| None")):
+        return
+    types, words, example = _TOML_TYPES[kind]
+    ok = isinstance(value, types) and not (isinstance(value, bool) and kind != "bool")
+    if ok and kind.startswith("list["):
+        ok = all(isinstance(v, str) for v in value)
+    if ok and kind.startswith("dict["):
+        ok = all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    if not ok:
+        raise UsageError(f"{where} = {json.dumps(value, default=str)[:80]} must be {words}",
+                         hint=f"e.g. {where} = {example}")
+
+
 def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
     """Build a CompileConfig from a TOML-shaped dict: [compile] and every table of SECTIONS, each key
     through set_option."""
@@ -400,7 +434,10 @@ def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
             if table == "compile":
                 if key not in TOP_LEVEL:  # nothing reads other [compile] keys: a typo must not pass silently
                     raise UsageError(f"unknown key {key!r} in [compile]", hint=f"known keys: {', '.join(TOP_LEVEL)}")
+                check_value_type(CompileConfig, key, value, f"[compile] {key}")
                 set_option(cfg, key, value)
             else:
+                if table in core_sections():  # a stage's own section is typed by its parser
+                    check_value_type(section_class(table), key, value, f"[{table}] {key}")
                 set_option(cfg, f"{table}.{key}", value)
     return cfg

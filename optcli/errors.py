@@ -5,6 +5,7 @@ and shows a traceback only with --debug.
 """
 from __future__ import annotations
 
+import errno
 import traceback
 from typing import Any
 
@@ -83,6 +84,61 @@ class Terminated(KeyboardInterrupt):
     `interrupted`, no half-written folder stays behind, and the exit code is 143."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, raised by the CLI's handler: told apart from a KeyboardInterrupt that a plugin raises itself."""
+
+
+def foreign_exit(exc: BaseException) -> bool:
+    """Whether `exc`, raised inside code optcli called (a calibration reader, a model factory), is that
+    code's own way out rather than the user's: SystemExit always; KeyboardInterrupt when the CLI's signal
+    handlers are in place and no signal raised it. Such code must not decide the exit code (SystemExit(0)
+    made a failed run exit 0). Without those handlers (the API) a Ctrl-C cannot be told apart: it stays one."""
+    import signal
+
+    if isinstance(exc, SystemExit):
+        return True
+    if not isinstance(exc, KeyboardInterrupt) or isinstance(exc, (Interrupted, Terminated)):
+        return False
+    try:
+        handler = signal.getsignal(signal.SIGINT)
+    except ValueError:  # not the main thread's interpreter state: assume the default handler
+        return False
+    return handler not in (signal.default_int_handler, signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+# A write that failed for want of room, as errno and the words a message uses. ENOSPC and EDQUOT: the disk
+# or the user's quota is full; EFBIG: the file passed the process's size limit (ulimit -f).
+_NO_ROOM = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+            errno.EFBIG: "file too large (EFBIG: past the file size limit, ulimit -f)"}
+_NO_ROOM_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
+_NO_ROOM_HINT = ("free space on the disk that holds the output folder (or raise its quota or file size limit), "
+                 "or pass --out on another disk; then rerun")
+
+
+def disk_full(exc: BaseException) -> StageError | None:
+    """A full disk (or quota, or file size limit) anywhere in `exc`'s cause chain, as the one-line error a
+    run ends with (exit 1, the report `failed`); None for any other failure. Libraries wrap the OSError
+    (onnx, torch) or keep only its text (C++ writers)."""
+    if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM while handling one is still an interruption
+        return None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _NO_ROOM:
+            where = f" while writing {current.filename}" if current.filename else ""
+            found = StageError(f"{_NO_ROOM[current.errno]}{where}", hint=_NO_ROOM_HINT)
+            found.__cause__ = exc
+            return found
+        text = str(current)
+        if any(t in text for t in _NO_ROOM_TEXT):
+            found = StageError(f"a write failed: {model_error_line(current)}", hint=_NO_ROOM_HINT)
+            found.__cause__ = exc
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def model_error_line(exc: BaseException) -> str:
     """The line of a model's (or library's) exception that says what went wrong (TorchScript puts it last)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
@@ -105,6 +161,8 @@ def error_record(exc: BaseException, stage: str | None) -> dict[str, Any]:
     if isinstance(exc, KeyboardInterrupt):
         return {"type": "KeyboardInterrupt", "message": "interrupted by the user", "hint": None,
                 "exit_code": EXIT_INTERRUPTED, "stage": stage}
+    if not isinstance(exc, OptcliError):
+        exc = disk_full(exc) or exc  # a full disk ends the run like a failed stage: not a bug
     if isinstance(exc, OptcliError):
         out = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
                "stage": stage}

@@ -6,19 +6,29 @@ model (token ids and a mask for text, pixel values for vision), with a dynamic b
 is recorded in report.json (`model.loaded_as`).
 
 Trust: config.json is parsed as data. A folder that needs its own code (`auto_map`, i.e.
-trust_remote_code) is refused, and weights load from safetensors only (a `.bin` is a pickle).
+trust_remote_code) is refused, and weights load from safetensors only (a `.bin` is a pickle). Every file
+transformers will open there (config.json, generation_config.json, model.safetensors, the shard index and
+each shard it names) must resolve inside the folder, links included: an index naming
+`../escaped.safetensors` was followed out of it.
 """
 from __future__ import annotations
 
 import inspect
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from optcli.errors import UsageError
+from optcli.safe_paths import shown
 from optcli.optional_imports import require
 
 CONFIG = "config.json"
+# The other files from_pretrained(use_safetensors=True) opens in a local folder (no variant, no subfolder).
+GENERATION_CONFIG = "generation_config.json"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+# Deeper JSON than any real config: json's own recursion limit ended such a file in a RecursionError.
+MAX_JSON_DEPTH = 64
 DEFAULT_SEQUENCE = 128
 # --task -> the transformers Auto class that builds it
 TASKS = {"feature-extraction": "AutoModel", "text-classification": "AutoModelForSequenceClassification",
@@ -35,11 +45,66 @@ def is_model_folder(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file()
 
 
-def read_config(folder: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> Any:
+    """A JSON file of the folder as data: unreadable, invalid or nested deeper than MAX_JSON_DEPTH is exit 2."""
+    hint = "re-save the folder with save_pretrained"
     try:
-        data = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{folder / CONFIG} is not readable JSON: {exc}", hint="re-save it with save_pretrained") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:200]
+        raise UsageError(f"{path} is not readable JSON: {why}", hint=hint) from None
+    stack = [(data, 1)]
+    while stack:  # iterative: the check itself must not recurse
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise UsageError(f"{path} is nested more than {MAX_JSON_DEPTH} levels deep: not a model config", hint=hint)
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return data
+
+
+def _inside(folder: Path, name: object, named_in: str) -> Path:
+    """folder/name, refused (exit 2) unless `name` is a plain relative file name that resolves inside the
+    folder, links included."""
+    hint = "a model folder's files must all be inside it; copy the weights in and re-save the index"
+    text = name if isinstance(name, str) else None
+    if not text or "\x00" in text or PurePosixPath(text.replace("\\", "/")).is_absolute() or Path(text).is_absolute() \
+            or ".." in PurePosixPath(text.replace("\\", "/")).parts:
+        raise UsageError(f"{named_in} names {shown(repr(name))[:120]}, which is not a file inside {shown(folder)}",
+                         hint=hint)
+    root = folder.resolve()
+    path = (root / text).resolve()
+    if root not in path.parents:
+        raise UsageError(f"{named_in} names {shown(text)[:120]}, which leads outside {shown(folder)} (a link?)",
+                         hint=hint)
+    return path
+
+
+def check_files_inside(folder: Path) -> None:
+    """Every file transformers will open in `folder` resolves inside it: the fixed names, and each shard
+    the safetensors index names (its weight_map: parameter -> file)."""
+    for name in (CONFIG, GENERATION_CONFIG, WEIGHTS, WEIGHTS_INDEX):
+        if (folder / name).exists() or (folder / name).is_symlink():
+            _inside(folder, name, f"{folder} ({name})")
+    index = folder / WEIGHTS_INDEX
+    if not index.exists():
+        return
+    data = _read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UsageError(f"{index} has no weight_map table (parameter name -> shard file)",
+                         hint="re-save the folder with save_pretrained")
+    seen: set[str] = set()
+    for shard in weight_map.values():
+        if not (isinstance(shard, str) and shard in seen):
+            _inside(folder, shard, str(index))
+            seen.add(shard)
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    data = _read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise UsageError(f"{folder / CONFIG} is not a model config", hint="re-save it with save_pretrained")
     if data.get("auto_map"):
@@ -108,7 +173,10 @@ def load_model_folder(folder: Path, task: str, sequence: int | None = None
     `sequence` is the token count a --input pin asked for."""
     torch = require("torch", "loading PyTorch models")
     transformers = require("transformers", "Hugging Face model folders")
+    check_files_inside(folder)  # config.json itself may be a link out of the folder
     data = read_config(folder)
+    if (folder / GENERATION_CONFIG).is_file():  # transformers parses it too: checked here, as config.json is
+        _read_json(folder / GENERATION_CONFIG)
     if not any(folder.glob("*.safetensors")):
         raise UsageError(f"{folder} has no .safetensors weights",
                          hint="save it with save_pretrained(..., safe_serialization=True); optcli does not "

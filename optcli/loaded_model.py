@@ -5,7 +5,8 @@ open through here.
 
 The runner options a stage recorded for its artifact (e.g. the FP16 stage turns off one onnxruntime
 optimizer that crashes on FP16 graphs) come from the stage.json beside it, so a model runs the same
-way whether it is opened from the report or by its path.
+way whether it is opened from the report or by its path. Only the few its backend allows a record to
+carry (optcli/runtime/recorded_options.py): threads, a profile's path and the like come from the caller.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from optcli.errors import UsageError
 from optcli.runtime.base import Runner
+from optcli.runtime.recorded_options import checked
 
 _HINT = "pass a report.json, an optcli output folder, or a .onnx/.engine/.pt2/TorchScript file"
 
@@ -54,7 +56,7 @@ def _from_report(report_path: Path) -> ResolvedArtifact:
 
 def _stage_record(path: Path, sha256: str | None) -> dict[str, Any]:
     """The stage.json beside an artifact, if that record describes this very file (same name and
-    sha256): its runner options then apply; a record of another file is ignored."""
+    sha256): its runner options then apply (those a record may carry); a record of another file is ignored."""
     from optcli.artifact import sha256_file
 
     record_path = path.parent / "stage.json"
@@ -78,10 +80,11 @@ def _from_file(path: Path, sha256: str | None = None) -> ResolvedArtifact:
         raise UsageError(f"{path}: cannot tell what runs a {path.suffix.lower() or 'suffix-less'} file", hint=_HINT)
     fmt = found[1]
     record = _stage_record(path, sha256)
-    meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
-    options = meta.get("runner_options") if isinstance(meta.get("runner_options"), dict) else {}
+    meta = record.get("meta", {})
+    options = meta.get("runner_options", {}) if isinstance(meta, dict) else meta
+    options = checked(fmt, options, path.parent / "stage.json") if record else {}
     precision = record.get("precision") if isinstance(record.get("precision"), str) else "fp32"
-    return ResolvedArtifact(path, fmt, precision, dict(options))
+    return ResolvedArtifact(path, fmt, precision, options)
 
 
 def resolve_artifact(path: str | Path) -> ResolvedArtifact:
@@ -120,6 +123,17 @@ def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
                          hint=f"its options: {', '.join(accepted)}")
 
 
+def _check_values(options: dict[str, Any]) -> None:
+    """The options every runner takes, typed and bounded before a backend sees them: a wrong type is bad
+    input (exit 2), not a TypeError deep in a runtime."""
+    from optcli.runtime.thread_limit import check_threads
+
+    check_threads(options.get("threads"), "threads")
+    concurrency = options.get("concurrency", 1)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UsageError(f"concurrency {concurrency!r} is not a whole number >= 1", hint="e.g. concurrency=2")
+
+
 def open_artifact(resolved: ResolvedArtifact, **options: Any) -> Runner:
     """A runner for the artifact: the stage's recorded runner options, then the caller's on top.
     Options left at None are not passed, so each backend keeps its own default."""
@@ -132,4 +146,5 @@ def open_artifact(resolved: ResolvedArtifact, **options: Any) -> Runner:
         # e.g. TensorRT takes a GPU index for the "cuda" / "cuda:1" the other backends take
         merged["device"] = load_object(backend.device_option)(merged["device"])
     _check_options(cls, merged, resolved.format)
+    _check_values(merged)
     return cls(resolved.path, **merged)

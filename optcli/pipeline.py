@@ -19,7 +19,7 @@ from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
 from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
-from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, error_record
+from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.onnx_model import graph_view, io_specs
 from optcli.report import RunReport, StageReport
@@ -36,15 +36,24 @@ def _noop(_event: str, _data: dict[str, Any]) -> None:
     return None
 
 
-def _check_out_dir(out: Path) -> None:
+def _check_out_dir(out: Path, force: bool) -> None:
+    from optcli.run_lock import made_by_optcli
+
     if out.exists() and not out.is_dir():
         raise UsageError(f"output folder {out} is a file", hint="pass --out a folder path")
+    if not force and not made_by_optcli(out):
+        # report.json, report.md and the stage folders would overwrite files of the same names there
+        raise UsageError(f"output folder {out} already holds files and is not an optcli output folder",
+                         hint="pass a new or empty --out, or --force to write into it anyway")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".optcli-write-test"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
+        full = disk_full(exc)
+        if full is not None:
+            raise full from None
         raise UsageError(f"cannot write to output folder {out}: {exc.strerror or exc}",
                          hint="pass --out a folder you can write to") from None
 
@@ -110,7 +119,7 @@ class Pipeline:
 
         t_start = time.perf_counter()
         source = detect(self.config.model, allow_pickle=self.config.export.allow_pickle)
-        _check_out_dir(self.out)
+        _check_out_dir(self.out, self.config.force)
         with output_lock(self.out):
             return self._run_locked(source, t_start)
 
@@ -140,9 +149,12 @@ class Pipeline:
         except OptcliError as exc:
             self._record_end(report, exc)
         except BaseException as exc:  # Ctrl-C, SIGTERM or a bug: recorded like the rest, then re-raised
-            self._record_end(report, exc)
+            full = disk_full(exc)
+            self._record_end(report, full or exc)
             self._finish(report, t_start)
-            raise
+            if full is None:
+                raise
+            return report  # a full disk outside a stage (a report write): failed, exit 1, as inside one
         finally:
             ctx.runners.close()
         self._finish(report, t_start)
@@ -203,8 +215,11 @@ class Pipeline:
             return artifact
         key = cache_key(stage, artifact)
         cached = None if self.config.force else load_record(stage_dir, key)
+        rejected = None
         if cached is not None:
-            return self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference, later)
+            reused, rejected = self._reuse(ctx, stage, record, artifact, stage_dir, cached, reference, later)
+            if reused is not None:
+                return reused
         t0 = time.perf_counter()
         try:
             with atomic_dir(stage_dir) as tmp:
@@ -217,35 +232,52 @@ class Pipeline:
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
                 write_record(tmp, key, self.measure.bench_key(), rel, result.artifact, record)
-        except StageError as exc:
-            record.status, record.reason = "failed", exc.message
+        except Exception as exc:  # a full disk fails the stage too: its folder is gone, so the report has room
+            failure = exc if isinstance(exc, StageError) else disk_full(exc)
+            if failure is None:
+                raise
+            record.status, record.reason = "failed", failure.message
             record.seconds = round(time.perf_counter() - t0, 3)
-            record.details["error"] = error_record(exc, stage.name)
+            record.details["error"] = error_record(failure, stage.name)
             return artifact
         made = result.artifact  # the folder was renamed: point the artifact at its final place
         out = Artifact(stage_dir / rel, made.format, made.precision, stage.name, artifact.sha256, made.backend,
                        made.meta, made.sha256)
         record.status, record.artifact = "ok", str((stage_dir / rel).relative_to(self.out))
+        if rejected:
+            record.details["cache_rejected"] = rejected
         self._apply_gate(stage, record)
         return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
-               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]) -> Artifact:
+               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]
+               ) -> tuple[Artifact | None, str | None]:
+        """(the cached stage's artifact, None), or (None, why) where its artifact, measured again against the
+        user's model, is not what the stage makes or its record says: the stage is then rebuilt
+        (optcli/cache_recheck.py)."""
+        from optcli.cache_recheck import recheck
+
         out = cached_artifact(stage_dir, cached, stage.name, artifact.sha256)
+        self.emit("phase", {"text": f"{stage.name}: re-checking the cached artifact"})
+        t_measure = time.perf_counter()
+        setting = self._row_setting(stage, later, out)
+        fresh, rejected = recheck(self.measure, ctx, stage, artifact, out, reference, cached["accuracy"], setting)
+        if rejected:
+            return None, f"the cached stage was rebuilt: {rejected}"
         record.status, record.seconds, record.details = "cached", cached["seconds"], cached["details"]
         record.artifact = str((stage_dir / cached["artifact"]).relative_to(self.out))
         record.graph = cached["graph"]
+        # the record's notes (a deferred gate, the reference's kind) with the figures measured now
+        accuracy = {**(cached["accuracy"] or {}), **(fresh or {})}
         if cached.get("bench_key") == self.measure.bench_key():
-            record.latency_ms, record.accuracy = cached["latency_ms"], cached["accuracy"]
+            record.latency_ms, record.accuracy = cached["latency_ms"], accuracy
             self.measure.remember(ctx, artifact, cached["latency_ms"].get("before"))
             self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
         else:
-            t_measure = time.perf_counter()
-            self.measure.around_stage(ctx, stage, record, artifact, out, reference,
-                                      optimization=self._row_setting(stage, later, out))
-            record.measure_seconds = round(time.perf_counter() - t_measure, 3)
+            self.measure.around_stage(ctx, stage, record, artifact, out, reference, accuracy, optimization=setting)
+        record.measure_seconds = round(time.perf_counter() - t_measure, 3)
         self._apply_gate(stage, record)
-        return self._declined(record, artifact, out)
+        return self._declined(record, artifact, out), None
 
     def _row_setting(self, stage: Stage, later: list[Stage], made: Artifact) -> str:
         """The setting `stage`'s row is timed at: its own, or for a stage without one (export) the setting

@@ -111,8 +111,14 @@ class RunReport:
         return verified(path, self.final.get("sha256"), report_path)
 
     def write(self, out_dir: Path) -> None:
-        write_text_atomic(out_dir / "report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")
-        write_text_atomic(out_dir / "report.md", to_markdown(self))
+        for name, text in (("report.json", json.dumps(self.to_json(), indent=2, default=str) + "\n"),
+                           ("report.md", to_markdown(self))):
+            try:
+                write_text_atomic(out_dir / name, text)
+            except OSError as exc:  # a full disk: say which file (the temporary's write names none)
+                if exc.filename is not None:
+                    raise
+                raise OSError(exc.errno, exc.strerror, str(out_dir / name)) from exc
 
 
 def _ms(lat: dict[str, Any] | None) -> str:

@@ -1,5 +1,8 @@
 """One run at a time per output folder: an exclusive lock, so two compiles into one folder cannot mix
-their stages and report. The second run fails at once (exit 2) naming the holder's pid."""
+their stages and report. The second run fails at once (exit 2) naming the holder's pid.
+
+The lock file is also the mark of a folder optcli made: a run writes into an existing, non-empty folder
+only when it holds one (or with --force), so `--out ~/notes` never overwrites someone's report.md."""
 from __future__ import annotations
 
 import contextlib
@@ -35,3 +38,16 @@ def output_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def made_by_optcli(folder: Path) -> bool:
+    """Whether `folder` is optcli's to write into: absent, empty, or holding the run marker (the lock file)."""
+    if not folder.is_dir():
+        return not folder.exists()
+    return (folder / LOCK_FILE).is_file() or not any(folder.iterdir())
+
+
+def mark(folder: Path) -> None:
+    """Mark a folder optcli fills before a run starts in it (compare seeds a variant's stage folders)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK_FILE).touch()

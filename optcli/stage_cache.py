@@ -30,10 +30,14 @@ def cache_key(stage: Any, artifact: Artifact) -> str:
 
 
 def well_formed(record: dict[str, Any]) -> bool:
-    """The fields a cache hit reads, with the right types (else the stage is rebuilt)."""
+    """The fields a cache hit reads, with the right types, and runner options only those a record may
+    carry (optcli/runtime/recorded_options.py); else the stage is rebuilt."""
+    from optcli.runtime.recorded_options import problem
+
     return (all(isinstance(record.get(k), str) for k in _STRINGS) and all(isinstance(record.get(k), dict) for k in _DICTS)
             and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
-            and isinstance(record.get("accuracy"), (dict, type(None))))
+            and isinstance(record.get("accuracy"), (dict, type(None)))
+            and problem(record["format"], record.get("meta", {}).get("runner_options", {})) is None)
 
 
 def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
@@ -57,8 +61,11 @@ def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
 
 
 def cached_artifact(stage_dir: Path, record: dict[str, Any], stage: str, parent: str) -> Artifact:
+    # meta's "accuracy" (what the INT8 stage judged, which build-cpu would take as known) is a claim of the
+    # file: the pipeline measures a reused artifact again instead (optcli/cache_recheck.py)
+    meta = {k: v for k, v in record.get("meta", {}).items() if k != "accuracy"}
     return Artifact(stage_dir / record["artifact"], record["format"], precision=record["precision"], stage=stage,
-                    parent=parent, backend=record["backend"], meta=record.get("meta", {}), _sha256=record["sha256"])
+                    parent=parent, backend=record["backend"], meta=meta, _sha256=record["sha256"])
 
 
 def write_record(folder: Path, key: str, bench_key: str, relative: Path, artifact: Artifact,

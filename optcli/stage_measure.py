@@ -96,10 +96,11 @@ class Measurements:
         return {"feeds": feeds, "outputs": outs, "kind": kind}
 
     def accuracy(self, ctx: StageContext, artifact: Artifact, reference: dict[str, Any],
-                 runner: Any = None) -> dict[str, Any]:
-        """The artifact's outputs against the reference's; on `runner` where one is open (not released here)."""
+                 runner: Any = None, optimization: str = "all") -> dict[str, Any]:
+        """The artifact's outputs against the reference's; on `runner` where one is open (not released here),
+        else on one at `optimization`."""
         own = runner is None
-        runner = self.artifact_runner(ctx, artifact, "all") if own else runner
+        runner = self.artifact_runner(ctx, artifact, optimization) if own else runner
         try:
             outs = runner.run_normalized(runner.normalize(reference["feeds"]))
             names = [o.name for o in runner.outputs]

@@ -337,6 +337,26 @@ def ort_default_int8(model: Path, path: Path, shape: tuple[int, ...], samples: i
     return path
 
 
+def sharded_copy(source: Path, folder: Path) -> dict[str, Any]:
+    """A Hugging Face folder: `source`'s config.json, its weights split in two shards with a safetensors index,
+    as save_pretrained(max_shard_size=...) writes them; returns the index."""
+    from safetensors.numpy import load_file, save_file
+
+    folder.mkdir()
+    (folder / "config.json").write_text((source / "config.json").read_text())
+    tensors = load_file(str(source / "model.safetensors"))
+    names = sorted(tensors)
+    half = len(names) // 2
+    weight_map = {}
+    for i, part in enumerate((names[:half], names[half:]), 1):
+        shard = f"model-0000{i}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, str(folder / shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return index
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess: the repo on PYTHONPATH, 2 threads, no colours."""
     env = dict(os.environ)

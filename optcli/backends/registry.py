@@ -56,6 +56,18 @@ ONNX = "onnx"
 
 
 @dataclass(frozen=True)
+class RecordedOption:
+    """A runner option that a record optcli wrote (stage.json, a candidate-cache entry) may carry for this
+    backend's artifacts: a word from `choices`, or a list of at most `max_names` identifiers. Only what a
+    stage records goes here, never a path or a count: a file on disk must not decide where a runner
+    writes (onnxruntime's profile_prefix) or how many threads it starts (docs/security.md)."""
+
+    name: str
+    choices: tuple[str, ...] = ()               # the option is one of these strings
+    max_names: int = 0                          # or a list of up to this many names ([A-Za-z0-9_], <= 64 chars)
+
+
+@dataclass(frozen=True)
 class Backend:
     """What optcli knows about one runtime. Strings named "module:attribute" are imported lazily."""
 
@@ -96,6 +108,7 @@ class Backend:
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
     triton_platform: str | None = None          # Triton's name for it: platform (or backend) in config.pbtxt
     triton: str | None = None                   # "module:TRITON" its optcli.deploy TritonBackend piece
+    recorded_options: tuple[RecordedOption, ...] = ()  # runner options a record on disk may supply
 
     @property
     def format(self) -> str:

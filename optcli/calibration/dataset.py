@@ -10,7 +10,7 @@ import numpy as np
 
 from optcli.calibration.plugins import find_reader
 from optcli.calibration.reader import ReaderError
-from optcli.errors import UsageError
+from optcli.errors import UsageError, foreign_exit
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 
 LABELS_KEY = "labels"
@@ -24,13 +24,14 @@ class SampleSet:
     labels: np.ndarray | None
     source: str
     reader: str
+    capped: int | None = None  # the sample cap that stopped the read while the reader had more
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
 
     def take(self, index: slice | np.ndarray) -> SampleSet:
         labels = self.labels[index] if self.labels is not None else None
-        return SampleSet({k: v[index] for k, v in self.arrays.items()}, labels, self.source, self.reader)
+        return SampleSet({k: v[index] for k, v in self.arrays.items()}, labels, self.source, self.reader, self.capped)
 
     def batches(self, size: int) -> list[dict[str, np.ndarray]]:
         return [{k: v[i:i + size] for k, v in self.arrays.items()} for i in range(0, len(self), size)]
@@ -101,14 +102,18 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
         raise UsageError(f"{what} folder {folder} is empty", hint="put .npz files in it (keys = input names)")
     cls, how = find_reader(reader, folder)
     rows: list[dict[str, np.ndarray]] = []
+    capped = None
     try:
         instance = cls(folder, dict(options or {}))
-        for i, sample in enumerate(instance):
+        samples = iter(instance)
+        for i, sample in enumerate(samples):
             if not isinstance(sample, dict):
                 raise UsageError(f"reader {how} yielded a {type(sample).__name__}, not a dict of arrays",
                                  hint="a reader yields dict[input name -> numpy array]")
             rows.append(_check_sample(sample, specs, i, folder, what))
             if limit is not None and len(rows) >= limit:
+                # the cap, not the data, ended the read: said so in the report (a reader may never stop)
+                capped = limit if next(samples, None) is not None else None
                 break
     except ReaderError as exc:
         raise UsageError(f"{what} data: {exc}", hint="fix or remove that file") from None
@@ -117,6 +122,11 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
     except Exception as exc:  # a plugin's own failure: user code, so no traceback, but say whose
         raise UsageError(f"{what} reader {how} failed: {type(exc).__name__}: {str(exc)[:200]}",
                          hint="fix the data or the reader (rerun with --debug for the traceback)") from exc
+    except BaseException as exc:  # SystemExit(0) from a plugin once made a failed run exit 0
+        if not foreign_exit(exc):
+            raise
+        raise UsageError(f"{what} reader {how} raised {type(exc).__name__}{_code(exc)}",
+                         hint="a reader ends by returning from __iter__, not by exiting; fix the reader") from exc
     if len(rows) < minimum:
         raise UsageError(f"{what} folder {folder} has {len(rows)} samples, fewer than the {minimum} needed",
                          hint="add samples, or lower --calib-samples")
@@ -125,4 +135,8 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
     for r in rows:
         r.pop(LABELS_KEY, None)
     arrays = {s.name: np.stack([r[s.name] for r in rows]) for s in specs}
-    return SampleSet(arrays, labels, str(folder), how)
+    return SampleSet(arrays, labels, str(folder), how, capped)
+
+
+def _code(exc: BaseException) -> str:
+    return f"({exc.code!r})" if isinstance(exc, SystemExit) else ""

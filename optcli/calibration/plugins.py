@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.calibration.builtin_readers import BUILTIN, IMAGE_SUFFIXES
-from optcli.errors import UsageError
+from optcli.errors import UsageError, foreign_exit
 
 ENTRY_POINT_GROUP = "optcli.calibration_readers"
 
@@ -28,7 +28,9 @@ def _from_file(spec: str) -> type:
     module = importlib.util.module_from_spec(mod_spec)
     try:
         mod_spec.loader.exec_module(module)
-    except Exception as exc:
+    except BaseException as exc:  # a plugin's SystemExit must not decide the exit code either
+        if not isinstance(exc, Exception) and not foreign_exit(exc):
+            raise
         raise UsageError(f"--calib-reader {spec}: importing {path} failed: {type(exc).__name__}: {exc}",
                          hint="run the file with python to see the error") from None
     cls = getattr(module, cls_name, None)
@@ -61,7 +63,9 @@ def find_reader(name: str | None, folder: Path) -> tuple[type, str]:
     if name in eps:
         try:
             return eps[name].load(), f"entry point {name} ({eps[name].value})"
-        except Exception as exc:
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and not foreign_exit(exc):
+                raise
             raise UsageError(f"--calib-reader {name}: loading entry point {eps[name].value} failed: {exc}") from None
     known = sorted(set(BUILTIN) | set(eps))
     raise UsageError(f"unknown calibration reader {name!r}",

@@ -13,17 +13,40 @@ from optcli.tensor_spec import random_inputs
 
 MAX_EVAL_SAMPLES = 512
 RANDOM_EVAL_SAMPLES = 32
+# Samples read from the calibration data (calibration and held-out rows together) when --calib-samples
+# does not say: a reader that never stops was read forever (1.3 GB in 60 s). The report says when this
+# cap, not the data, ended the read (docs/calibration.md).
+DEFAULT_MAX_SAMPLES = 1024
+
+
+def read_limit(q: Any) -> int:
+    """How many samples to read from --calib: --calib-samples (plus the held-out rows taken after them
+    without --eval), else DEFAULT_MAX_SAMPLES."""
+    if not q.calib_samples:
+        return DEFAULT_MAX_SAMPLES
+    return q.calib_samples if q.eval is not None else q.calib_samples + MAX_EVAL_SAMPLES
+
+
+def cap_note(samples: SampleSet, q: Any) -> dict[str, Any]:
+    """What the report says about a capped read ({} when the data ended first)."""
+    if samples.capped is None:
+        return {}
+    by = "--calib-samples" if q.calib_samples else "the default cap"
+    return {"capped": {"samples_read": samples.capped, "by": by,
+                       "note": f"stopped reading {samples.source} after {samples.capped} samples ({by}); "
+                               "--calib-samples N reads more or fewer"}}
 
 
 def split_calibration(q: Any, specs: list, holdout_needed: bool) -> tuple[SampleSet, SampleSet]:
     """(calibration set, evaluation set) from a QuantizeConfig: --eval DIR, else the calibration
-    samples not used to calibrate (the last quarter)."""
+    samples not used to calibrate (the last quarter). At most read_limit(q) samples are read."""
     if q.eval is not None:
-        calib = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, limit=q.calib_samples,
+        calib = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, limit=read_limit(q),
                              minimum=q.calib_samples or 1)
         ev = load_samples(Path(q.eval), specs, None, {}, limit=MAX_EVAL_SAMPLES, minimum=1, what="evaluation")
         return calib, ev
-    data = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, minimum=(q.calib_samples or 1))
+    data = load_samples(Path(q.calib), specs, q.calib_reader, q.calib_options, limit=read_limit(q),
+                        minimum=(q.calib_samples or 1))
     n = len(data)
     n_calib = min(q.calib_samples or max(1, (n * 3) // 4), n)
     if n - n_calib < 2:

@@ -16,6 +16,7 @@ from optcli.config import (TARGETS, CompileConfig, code_running_settings, compil
                            set_option)
 from optcli.cpu.options import backend_choices
 from optcli.errors import UsageError
+from optcli.safe_paths import shown
 
 
 def discover_config(explicit: Path | None) -> tuple[dict[str, Any], Path | None]:
@@ -41,6 +42,28 @@ def _refuse_code_from_config(ctx: click.Context, config: CompileConfig, path: Pa
                              hint=f"pass {flags[field]} on the command line, or --trust-config if you trust {path}")
 
 
+def _out_inside_project(config: CompileConfig, path: Path) -> None:
+    """[compile] out from a config file: only a relative path inside the project folder (the folder that
+    holds the file), resolved there, links included. A cloned repository's optcli.toml must not send
+    report.json, report.md and the stage folders anywhere else (docs/security.md); --out on the command
+    line goes anywhere."""
+    out = config.out
+    if out is None:
+        return
+    project = path.resolve().parent
+    text = str(out)
+    if out.is_absolute() or ".." in out.parts or "\x00" in text or (project / out).resolve() == project:
+        raise UsageError(f"{path} sets [compile] out = {shown(text)!r}: a config file may only name a folder inside "
+                         f"its project folder {shown(project)}",
+                         hint="use a relative path without `..` there, or pass --out on the command line")
+    resolved = (project / out).resolve()
+    if project not in resolved.parents:
+        raise UsageError(f"{path} sets [compile] out = {shown(text)!r}, which leads outside its project folder "
+                         f"{shown(project)} (a link?)",
+                         hint="name a folder inside the project, or pass --out on the command line")
+    config.out = resolved
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     """True when the user typed the flag (so it overrides the config file)."""
     source = ctx.get_parameter_source(name)
@@ -51,6 +74,8 @@ def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> Comp
     data, config_path = discover_config(params["config"])
     config = compile_config_from_dict(model, data)
     _refuse_code_from_config(ctx, config, config_path, params["trust_config"])  # before any flag applies
+    if config_path is not None and not _given(ctx, "out"):
+        _out_inside_project(config, config_path)
     config.config_file = config_path
     for flag, key in FLAGS.items():
         if _given(ctx, flag):
@@ -185,7 +210,8 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
 
         sanitize_model_name(params["triton_name"])  # a bad name fails now, not after the whole run
     if config.config_file is not None:
-        click.echo(f"config: {config.config_file} (settings read from it; flags override)", err=True)
+        click.echo(f"config: {config.config_file} (settings read from it; flags override); "
+                   f"output: {config.out_dir()}", err=True)
     if as_json:
         report = api.compile(config, check=False)
         click.echo(json.dumps(report.to_json(), indent=2, default=str))

@@ -13,7 +13,8 @@ from optcli.cli import signals
 from optcli.library_logs import root_logger_captured
 from optcli.optional_imports import own_process
 from optcli.version import __version__
-from optcli.errors import EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated
+from optcli.errors import (EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated,
+                           disk_full)
 
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.
 COMMANDS = {
@@ -93,12 +94,18 @@ def main(argv: list[str] | None = None) -> None:
         terminated = isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated)
         click.echo("terminated" if terminated else "interrupted", err=True)
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    except SystemExit as exc:  # commands end through exit_with (click's Exit): this one is a plugin's sys.exit
+        _foreign_exit(exc, debug)
     except click.ClickException as exc:  # click's own checks (ranges, choices, missing args): optcli's lines
         _print_error(_click_message(exc), _click_hint(exc))
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except Exception as exc:  # a bug: keep it to one line unless --debug
         if debug:
             raise
+        full = disk_full(exc)
+        if full is not None:  # a full disk where no report could say it: still one line, exit 1
+            _print_error(full.message, full.hint)
+            sys.exit(full.exit_code)
         _print_error(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                      "rerun with --debug for the traceback, and report it")
         sys.exit(EXIT_STAGE_FAILED)
@@ -109,6 +116,17 @@ def main(argv: list[str] | None = None) -> None:
         else:
             os.environ["OPTCLI_DEBUG"] = before
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _foreign_exit(exc: SystemExit, debug: bool) -> None:
+    """Code optcli called (a model's forward, a library) raised SystemExit: a failure of the run, never its
+    exit code (a reader's SystemExit(0) once made a failed run exit 0; readers and factories are caught
+    where they are called, optcli/errors.py foreign_exit)."""
+    if debug:
+        raise exc
+    _print_error(f"internal error: SystemExit({exc.code!r}) raised by code optcli called (a plugin, or the model's own code)",
+                 "rerun with --debug for the traceback")
+    sys.exit(EXIT_STAGE_FAILED)
 
 
 def exit_with(code: int) -> Any:

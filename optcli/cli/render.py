@@ -138,6 +138,10 @@ def final_lines(report: RunReport) -> list[str]:
                      f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} ({fb['stopped']})")
         if fb.get("warning"):
             lines.append(f"  warning: int8 fallback: {fb['warning']}")
+    capped = next((s.details["calibration"]["capped"] for s in report.stages if s.status in ("ok", "cached")
+                   and isinstance(s.details.get("calibration"), dict) and s.details["calibration"].get("capped")), None)
+    if capped:
+        lines.append(f"  calibration: {capped['note']}")
     built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
     if built is not None and built.details.get("chosen"):
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.

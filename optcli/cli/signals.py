@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from optcli.errors import Terminated
+from optcli.errors import Interrupted, Terminated
 
 RETRY_SECONDS = 0.05
 _IMPORT_MACHINERY = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
@@ -49,7 +49,7 @@ def install() -> dict[int, Any]:
     handlers for `restore` ({} where signals cannot be set: main() called from a worker thread)."""
     previous: dict[int, Any] = {}
     try:
-        for signum, exc_type in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
+        for signum, exc_type in ((signal.SIGINT, Interrupted), (signal.SIGTERM, Terminated)):
             previous[signum] = signal.signal(signum, _raising(exc_type))
     except ValueError:  # not the main thread: leave signals alone
         restore(previous)

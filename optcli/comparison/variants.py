@@ -92,9 +92,11 @@ def stage_folders(config: CompileConfig) -> list[str]:
 def seed_cache(done: Path, target: Path, wanted: list[str]) -> None:
     """Link another variant's finished stage folders named in `wanted` into `target` (the pipeline
     validates them before reuse)."""
-    if not done.is_dir():
+    from optcli.run_lock import mark, made_by_optcli
+
+    if not done.is_dir() or not made_by_optcli(target):
         return
-    target.mkdir(parents=True, exist_ok=True)
+    mark(target)  # the stage folders linked in are optcli's: the variant's run may write beside them
     for name in wanted:
         src, dst = done / name, target / name
         if not (src / "stage.json").is_file() or dst.exists():

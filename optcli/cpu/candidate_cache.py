@@ -84,6 +84,12 @@ def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, dict[str, Any]]
     if not isinstance(record, dict) or record.get("key") != key or not isinstance(record.get("files"), dict) \
             or not record["files"] or not isinstance(record.get("build"), dict):
         return None
+    from optcli.runtime.recorded_options import problem
+
+    build = record["build"]
+    if not isinstance(build.get("format"), str) or not isinstance(build.get("details"), dict) \
+            or problem(build["format"], build.get("runner_options")):
+        return None  # a mistyped record, or runner options beyond what a record may carry: rebuilt
     try:
         files = [(contained(entry, name, record_path), sha) for name, sha in record["files"].items()]
     except UsageError:

@@ -20,6 +20,7 @@ backends exist, what each can compute in and what it needs installed is the back
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,10 @@ class CpuConfig:
     keep_candidates: bool = False
 
     def validate(self) -> None:
+        from optcli.config import check_value_type
+
+        for f in dataclasses.fields(self):
+            check_value_type(type(self), f.name, getattr(self, f.name), f"[cpu] {f.name}")
         choices = backend_choices()
         if self.backend not in choices:
             raise UsageError(f"unknown CPU backend {self.backend!r}", hint=f"use one of: {', '.join(choices)}")
@@ -55,11 +60,12 @@ class CpuConfig:
         if self.search not in SEARCH_MODES:
             raise UsageError(f"[cpu] search = {self.search!r}", hint="use fast or thorough")
         if self.min_rounds < 1 or self.calls_per_round < 1:
-            raise UsageError("[cpu] min_rounds and calls_per_round must be >= 1")
+            raise UsageError("[cpu] min_rounds and calls_per_round must be >= 1", hint="e.g. [cpu] min_rounds = 3")
         if not 0 <= self.min_seconds <= self.max_seconds:
-            raise UsageError("[cpu] needs 0 <= min_seconds <= max_seconds")
+            raise UsageError("[cpu] needs 0 <= min_seconds <= max_seconds",
+                             hint=f"e.g. [cpu] min_seconds = 0.5, max_seconds = {max(self.min_seconds, 0.5)}")
         if self.block_ms < 0 or self.switch_ms < 0:
-            raise UsageError("[cpu] block_ms and switch_ms must be >= 0")
+            raise UsageError("[cpu] block_ms and switch_ms must be >= 0", hint="e.g. [cpu] block_ms = 100")
 
 
 def cpu_config(config: Any) -> CpuConfig:

@@ -16,7 +16,7 @@ from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
-from optcli.calibration.split import split_calibration
+from optcli.calibration.split import cap_note, split_calibration
 from optcli.latency import stats_from_samples, time_calls
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram, remove_onnx
 from optcli.quantize.calibrate import compute_ranges
@@ -24,7 +24,7 @@ from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
 from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
-from optcli.quantize.module_names import node_modules, resolve_excludes
+from optcli.quantize.module_names import check_exclude_ops, node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
 from optcli.targets import tensorrt_family
 
@@ -65,13 +65,14 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     flavour = resolve_flavour(q.flavour, ctx.target, looks_like_encoder(op_histogram(model)))
     candidates = candidate_nodes(fp32, flavour)
     units, total_flops = compute_units(fp32, flavour, earlier_onnx(ctx))
-    manual = sorted(set(user_excludes(ctx, model))
-                    | {n.name for n in graph.node if n.op_type in q.exclude_ops})
+    ops = check_exclude_ops(q.exclude_ops, {n.op_type for n in graph.node}, earlier_op_types(ctx, q.exclude_ops))
+    manual = sorted(set(user_excludes(ctx, model)) | {n.name for n in graph.node if n.op_type in ops})
     ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
     if flavour.static:
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
+    calib_info = {**calib_info, **cap_note(calib, q)}
     reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units},
@@ -117,7 +118,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
         if missed:
             final_acc["fallback_closest"] = closest_summary(fallback)
-            if _cpu_candidates_follow(ctx):
+            if cpu_candidates_follow(ctx):
                 final_acc["gate_deferred_to"] = "build-cpu"
     if deferred:
         final_acc["gate_deferred_to"] = "build-cpu"
@@ -174,6 +175,11 @@ def user_excludes(ctx: Any, model: Any) -> list[str]:
     return resolve_excludes(patterns, [n.name for n in model.graph.node], modules)
 
 
+def earlier_op_types(ctx: Any, wanted: list[str]) -> set[str]:
+    """Op types of the run's earlier graphs (read only when --exclude-op names some)."""
+    return {n.op_type for p in earlier_onnx(ctx) for n in graph_view(p).graph.node} if wanted else set()
+
+
 def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
     seen = ctx.facts.get("artifacts", {}).values()
@@ -185,10 +191,10 @@ def fallback_deferred(ctx: Any) -> bool:
     INT8 candidates follow. On MiniLM (no VNNI) the fallback took 195 s and NNCF's candidate passed."""
     from optcli.cpu.options import cpu_config
 
-    return _cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
+    return cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
 
 
-def _cpu_candidates_follow(ctx: Any) -> bool:
+def cpu_candidates_follow(ctx: Any) -> bool:
     """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
     that runs this stage's ONNX as it is) after this stage."""
     from optcli.backends.registry import all_backends, for_format

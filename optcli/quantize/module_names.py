@@ -96,6 +96,30 @@ def resolve_excludes(patterns: list[str], nodes: list[str], modules: dict[str, s
     return chosen
 
 
+def check_exclude_ops(op_types: list[str], present: set[str], earlier: set[str] = frozenset()) -> list[str]:
+    """--exclude-op types, each of which the graph being quantized has (`present`); one it lacks is a usage
+    error, as an --exclude that matches nothing is (`--exclude-op Matmul`, a typo of MatMul, silently kept
+    nothing in float). `earlier`: op types of the run's earlier graphs, to say when a rewrite removed them."""
+    for op in op_types:
+        if op in present:
+            continue
+        known = present | set(earlier)
+        near = [p for p in sorted(known) if p.lower() == str(op).lower() and p != op]
+        if op in earlier:
+            raise UsageError(f"--exclude-op {op}: no {op} node is left in the graph being quantized (an earlier "
+                             "stage rewrote them)",
+                             hint=f"its op types: {_listed(present)}; exclude those, or keep the graph with --no-fuse")
+        raise UsageError(f"--exclude-op {op}: the model has no node of that op type"
+                         + (f" (did you mean {near[0]}?)" if near else ""),
+                         hint=f"op types in the graph: {_listed(present)} (ONNX names, case-sensitive)")
+    return list(op_types)
+
+
+def _listed(names: set[str]) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:12]) + (" ..." if len(ordered) > 12 else "")
+
+
 def _matches(pattern: str, node: str, module: str | None) -> bool:
     if pattern == node or fnmatch.fnmatchcase(node, pattern):
         return True

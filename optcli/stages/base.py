@@ -109,6 +109,19 @@ class Stage(ABC):
         """Return a failure message when `accuracy` misses this stage's tolerance, else None."""
         return None
 
+    def heldout_rows(self, before: Artifact) -> Any:
+        """The rows (a SampleSet) this stage judges its artifact on, made from `before`: a reused artifact is
+        checked again on them (optcli/cache_recheck.py). None: the run's fixed random inputs are its check."""
+        return None
+
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        """Why a reused artifact, measured again against the user's model (`accuracy`), is not one this stage
+        makes, or None (optcli/cache_recheck.py). A stage keeps the model's function unless it says otherwise:
+        its outputs match the model's to float32 rounding. A stage with a tolerance answers with its gate."""
+        from optcli.accuracy import same_function
+
+        return same_function(accuracy)
+
 
 def register(cls: type[Stage]) -> type[Stage]:
     """Class decorator that adds a stage to the pipeline."""

@@ -139,6 +139,9 @@ class BuildCpuStage(Stage):
                 # A search cut short by --time-budget is the answer to that budget only.
                 **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        return self.gate(accuracy)  # within this stage's tolerance of the user's model, as when it was built
+
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
@@ -148,6 +151,12 @@ class BuildCpuStage(Stage):
         """Artifacts of this run, newest first (the pipeline records them in ctx.facts)."""
         seen = list(self.ctx.facts.get("artifacts", {}).values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
+
+    def heldout_rows(self, before: Artifact) -> SampleSet:
+        if before.format != registry.ONNX:
+            return self._data(self.ctx.inputs)[1]
+        float_art = newest_float_onnx(self._lineage(before))
+        return self._data(io_specs(graph_view(float_art.path))[0])[1]
 
     def _data(self, specs: list) -> tuple[SampleSet | None, SampleSet]:
         """(calibration set or None, evaluation set): the quantize stage's split where there is data,
@@ -203,6 +212,10 @@ class BuildCpuStage(Stage):
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
                                         "on onnxruntime" if float_art else "the PyTorch model, eager (no ONNX)"},
             "cpu": self._cpu_facts(), "candidates_kept": cfg.keep_candidates}
+        if calib is not None and calib.capped:  # said where the quantize stage did not run to say it
+            from optcli.calibration.split import cap_note
+
+            details["calibration"] = cap_note(calib, self.ctx.config.quantize)
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
         twins = self.ctx.facts.get("unpad_twins")
@@ -222,7 +235,14 @@ class BuildCpuStage(Stage):
 
         if artifact.format == registry.ONNX:
             float_art = newest_float_onnx(self._lineage(artifact))
-            specs, _ = io_specs(graph_view(float_art.path))
+            graph = graph_view(float_art.path)
+            if self.ctx.config.quantize.precision == "int8":  # a candidate's build would only fail on a typo
+                from optcli.quantize.int8_with_fallback import earlier_op_types
+                from optcli.quantize.module_names import check_exclude_ops
+
+                ops = self.ctx.config.quantize.exclude_ops
+                check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
+            specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
             return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev,
                                                              self.ctx.runners, self.ctx.config.bench.threads))

@@ -134,6 +134,17 @@ class BuildTensorRTStage(Stage):
                 "default_batch": default_batch(self.ctx.config.bench.batch, self.ctx.config.accuracy.batch),
                 "machine": dataclasses.asdict(self.machine())}
 
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        """A reused engine within the quantize stages' tolerance for the run's precision; an FP32 engine
+        within FP16's (TensorRT may run FP32 matmuls in TF32: not float32 rounding)."""
+        from optcli.accuracy import check_tolerance
+        from optcli.quantize.tolerance import effective
+
+        a = self.ctx.config.accuracy
+        precision = self.ctx.config.quantize.precision
+        t = effective("fp16" if precision == "fp32" else precision, a.cosine, a.max_abs, a.top1)
+        return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+
     # -- the work ----------------------------------------------------------------------------
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         backend, toolkit = self.backend(), self.toolkit()

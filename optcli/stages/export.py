@@ -24,11 +24,12 @@ from typing import Any
 from optcli.accuracy import compare_outputs, float32_mismatch
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, cpu_backends_without_onnx
+from optcli.backends.torch.archive_file import archive_file
 from optcli.backends.torch.attention import eager_attention, sdpa_model
 from optcli.backends.torch.export_errors import environment_fault, last_line, source_of
 from optcli.backends.torch.loader import needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
-from optcli.errors import StageError
+from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
 from optcli.sequence_axis import (SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis,
@@ -156,6 +157,8 @@ class ExportStage(Stage):
                 last = exc
                 continue
             except Exception as exc:  # exporter internals raise anything; we try the next one
+                if disk_full(exc) is not None:
+                    raise  # no exporter does better on a full disk, and the fallback's .pt2 writer aborted on it
                 error = f"{type(exc).__name__}: {last_line(exc)}{source_of(exc)}"
                 attempts.append({"exporter": label, "error": error})
                 last = exc
@@ -200,8 +203,12 @@ class ExportStage(Stage):
         out = workdir / "program.pt2"
         try:
             with _quiet():
-                torch.export.save(tm.exported_program or self._export_program(torch), str(out))
+                program = tm.exported_program or self._export_program(torch)
+            with archive_file(out) as fh:  # a full disk: an OSError, not an aborted process
+                torch.export.save(program, fh)
         except Exception as exc:  # torch.export raises anything
+            if disk_full(exc) is not None:
+                raise
             raise StageError(f"{message}; torch.export failed too: {last_line(exc)}",
                              hint="--debug prints the exporter's traceback") from last
         details = {"onnx": message, "attempts": attempts,

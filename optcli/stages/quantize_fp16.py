@@ -53,9 +53,15 @@ class QuantizeFp16Stage(Stage):
         q = config_dict(self.ctx.config.quantize)
         return {"quantize": {**q, **data_identity(q)}, "tolerance": self.tolerance().to_json()}
 
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        return self.gate(accuracy)  # within this stage's tolerance of the user's model, as when it was built
+
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
+
+    def heldout_rows(self, before: Artifact) -> SampleSet:
+        return self._eval_set()
 
     def _eval_set(self) -> SampleSet:
         return evaluation_set(self.ctx.config.quantize, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high)

@@ -52,6 +52,22 @@ class QuantizeInt8Stage(Stage):
                 "int8_fp16": _int8_fp16(self.ctx),                # TensorRT: the float parts in FP16
                 "fallback_deferred": fallback_deferred(self.ctx)}
 
+    def heldout_rows(self, before: Artifact) -> Any:
+        from optcli.calibration.split import split_calibration
+        from optcli.onnx_model import graph_view, io_specs
+
+        specs, _ = io_specs(graph_view(before.path))
+        return split_calibration(self.ctx.config.quantize, specs, holdout_needed=True)[1]
+
+    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+        from optcli.quantize.int8_with_fallback import cpu_candidates_follow
+
+        # Within the tolerance of the user's model, as when it was built; a record's word that build-cpu has
+        # the last say (gate_deferred_to) holds only where build-cpu's own INT8 candidates follow in this run.
+        if not cpu_candidates_follow(self.ctx):
+            accuracy = {k: v for k, v in accuracy.items() if k != "gate_deferred_to"}
+        return self.gate(accuracy)
+
     def gate(self, accuracy: dict[str, Any]) -> str | None:
         t = self.tolerance()
         failure = check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)

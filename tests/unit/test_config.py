@@ -116,7 +116,7 @@ def test_the_documented_config_example_loads() -> None:
 
     full = compile_config_from_dict("m.pt2", tomllib.loads(blocks[0]))
     full.validate()
-    assert full.export.opset == 18 and full.bench.min_seconds == 0.5 and full.bench.threads == 4
+    assert full.export.opset == 18 and full.bench.min_seconds == 0.5 and full.bench.threads == 2
     assert full.inputs[0].shape == (1, 3, 224, 224)
     tool = tomllib.loads(blocks[1])["tool"]["optcli"]
     assert compile_config_from_dict("m.pt2", tool).export.opset == 17
@@ -203,3 +203,32 @@ def test_bench_settle_must_be_a_fraction(tmp_path, settle) -> None:
     config.bench.settle = settle
     with pytest.raises(UsageError, match="bench settle"):
         config.validate()
+
+
+@pytest.mark.parametrize("table, key, value", [
+    ("compile", "out", True), ("compile", "out", 5), ("compile", "inputs", [5]), ("compile", "inputs", "x:1x4"),
+    ("compile", "target", 5), ("compile", "force", "yes"), ("compile", "time-budget", "60"),
+    ("bench", "runs", "x"), ("bench", "threads", 1.5), ("bench", "enabled", 0), ("accuracy", "cosine", True),
+    ("quantize", "calib", 5), ("quantize", "calib-options", {"a": 1}), ("quantize", "exclude-ops", "MatMul"),
+    ("cpu", "min-rounds", "x"), ("cpu", "keep-candidates", "no"),
+])
+def test_a_config_value_of_the_wrong_type_is_exit_2(table: str, key: str, value: object) -> None:
+    """hypothesis found it (issue 30, the property test): [compile] out = true, inputs = [5] and
+    [cpu] min-rounds = "x" ended in TypeError or AttributeError deep in the run (exit 1 'internal error');
+    [cpu] keep-candidates = "no" passed as true. Every value of a config file has its field's TOML type."""
+    from optcli.cpu.options import cpu_config
+
+    with pytest.raises(UsageError) as err:
+        cpu_config(compile_config_from_dict("m.onnx", {table: {key: value}}))
+    assert err.value.exit_code == 2 and key.replace("-", "_") in err.value.message and err.value.hint
+
+
+def test_config_values_of_the_right_type_still_load() -> None:
+    from optcli.cpu.options import cpu_config
+
+    cfg = compile_config_from_dict("m.onnx", {"compile": {"time-budget": 60, "out": "o"},
+                                              "accuracy": {"cosine": 1, "max-abs": 0.5},
+                                              "bench": {"runs": 3},
+                                              "quantize": {"calib-samples": 10, "exclude-ops": ["MatMul"]},
+                                              "cpu": {"min-seconds": 1, "keep-candidates": True}})
+    assert cfg.accuracy.cosine == 1 and cpu_config(cfg).keep_candidates is True

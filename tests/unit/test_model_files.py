@@ -277,3 +277,30 @@ def test_a_saved_graphs_view_is_the_one_parsing_it_would_give(tmp_path: Path, mo
     big = {t.name: t for t in parsed.graph.initializer}["big"]
     assert not big.raw_data and list(big.dims) == [300, 300]
     assert not parsed.graph.node[0].attribute[0].t.raw_data  # the big Constant's bytes are gone too
+
+
+def test_a_folders_identity_never_reads_through_a_link_out(tmp_path: Path) -> None:
+    """The property test found it (issue 30): a Hugging Face folder's sha256 (report.json model.sha256) read
+    every file under it, a link to a file outside the folder too. Its own files count; a link out is
+    neither read nor part of its identity."""
+    from fs_watch import FolderWatch
+
+    from optcli.artifact import sha256_file
+
+    folder, outside = tmp_path / "model", tmp_path / "elsewhere"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "inner.bin").write_bytes(b"inside")
+    (folder / "inner-link.json").symlink_to(folder / "config.json")  # a link that stays inside counts
+    (outside / "secret.bin").write_bytes(b"outside")
+    (folder / "link-out.bin").symlink_to(outside / "secret.bin")
+    with FolderWatch(outside) as watch:
+        first = sha256_file(folder)
+        touched = watch.events()
+    assert touched == []
+    (outside / "secret.bin").write_bytes(b"changed outside")
+    assert sha256_file(folder) == first
+    (folder / "sub" / "inner.bin").write_bytes(b"changed inside")
+    assert sha256_file(folder) != first

@@ -156,6 +156,7 @@ def test_stale_partials_of_a_killed_run_are_removed(matmul_onnx: Path, tmp_path:
     # kill -9 cannot run cleanup: the next run removes what it left.
     out = tmp_path / "out"
     out.mkdir()
+    (out / ".optcli.lock").touch()  # the killed run's lock file: this is its folder
     (out / ".02-simplify.abc123.partial").mkdir()
     (out / ".02-simplify.abc123.partial" / "model.onnx").write_bytes(b"half")
     (out / ".report.json.xyz.partial").write_text("{")

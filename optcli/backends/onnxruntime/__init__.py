@@ -1,5 +1,5 @@
 """ONNX Runtime: runs ONNX on the CPU (and CUDA with onnxruntime-gpu); build-cpu's baseline candidate."""
-from optcli.backends.registry import Backend
+from optcli.backends.registry import Backend, RecordedOption
 
 _HERE = "optcli.backends.onnxruntime"
 
@@ -19,4 +19,6 @@ BACKEND = Backend(
     profiler=f"{_HERE}.profile:profile_onnx",
     triton_platform="onnxruntime_onnx",
     triton=f"{_HERE}.triton:TRITON",
+    # the FP16 stage records the optimizer that crashes ORT on FP16 graphs (NchwcTransformer)
+    recorded_options=(RecordedOption("disabled_optimizers", max_names=16),),
 )

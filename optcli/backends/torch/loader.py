@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.backends.registry import ONNX
-from optcli.errors import UsageError
+from optcli.errors import UsageError, foreign_exit
 from optcli.optional_imports import require
 from optcli.tensor_spec import TensorSpec, canonical_dtype, merge_pinned, with_default_dtype
 
@@ -320,7 +320,9 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     sys.path.insert(0, str(source.path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except BaseException as exc:  # its SystemExit must not decide the exit code
+        if not isinstance(exc, Exception) and not foreign_exit(exc):
+            raise
         raise UsageError(f"importing {source.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="run the file with python to see the error (or use --debug)") from None
     finally:
@@ -331,7 +333,9 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
                          hint=f"define def {source.factory}() -> nn.Module in {source.path.name}")
     try:
         result = fn()
-    except Exception as exc:  # the user's code failed, not optcli
+    except BaseException as exc:  # the user's code failed, not optcli (its SystemExit too)
+        if not isinstance(exc, Exception) and not foreign_exit(exc):
+            raise
         raise UsageError(f"{source.spec} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="run the factory with python to see the error (or use --debug)") from exc
     example_inputs = None
