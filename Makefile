@@ -18,10 +18,14 @@ LOCKED := $(PIP) --no-deps --require-hashes $(TORCH_INDEX)
 .PHONY: venv dev demo test samples clean lock check-latest lint
 
 # A lock that changed makes a new venv: pip would leave packages the new lock dropped.
-$(VENV)/.installed: pyproject.toml $(LOCK)
+$(VENV)/.locked: $(LOCK)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(LOCKED) -r $(LOCK)
+	touch $@
+
+# optcli itself, editable; again when pyproject.toml changes (its entry points), without a new venv.
+$(VENV)/.installed: $(VENV)/.locked pyproject.toml
 	$(PIP) --no-deps -e .
 	touch $@
 
