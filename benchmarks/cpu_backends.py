@@ -20,8 +20,9 @@ import contextlib
 import io
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -83,11 +84,11 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
     """{label: runner factory}, facts about each, and the PyTorch model (inputs, int ranges)."""
     import openvino as ov
 
-    from optcli.backends.torch.loader import detect, load_torch
-    from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
     from optcli.backends.openvino.runner import OpenVINORunner
+    from optcli.backends.torch.loader import detect, load_torch
     from optcli.backends.torch.runner import TorchRunner
+    from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
 
     model, data = MODELS[name]
     folder = out / name

@@ -23,8 +23,8 @@ SAMPLES = {
 
 def _runners(name: str, model: str, calib: str, evald: str | None, out: Path) -> dict:
     import optcli
-    from optcli.backends.torch.loader import detect, load_torch
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from optcli.backends.torch.loader import detect, load_torch
     from optcli.backends.torch.runner import TorchRunner
 
     variants = {}

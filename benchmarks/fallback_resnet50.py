@@ -59,10 +59,10 @@ def build(out: Path, images: str) -> Path:
 def measure(run: Path, fb: dict, flavour: str) -> None:
     """FP32, plain INT8 and the fallback's INT8 in ONE interleaved ONNX Runtime run (batch 1, all
     optimizations): the speed claim, measured the way build-cpu measures candidates."""
+    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
     from optcli.cpu.measure import interleaved
     from optcli.quantize.flavour import TABLE
     from optcli.quantize.int8 import name_nodes, quantize
-    from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
     fp32 = next(run.glob("*-fuse/model.onnx"))
     named, plain = run / "bench-fp32-named.onnx", run / "bench-int8-plain.onnx"

@@ -158,11 +158,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 def build(trt: Any, onnx_path: Path, batch_max: int, machine: Any, work: Path) -> tuple[Path, float]:
     import onnx
 
-    from optcli.onnx_model import io_specs
     from optcli.backends.tensorrt.builder import obtain_engine
-    from optcli.backends.tensorrt.options import TensorRTConfig
     from optcli.backends.tensorrt.graph_check import require_clean
+    from optcli.backends.tensorrt.options import TensorRTConfig
     from optcli.backends.tensorrt.profiles import build_profiles
+    from optcli.onnx_model import io_specs
 
     require_clean(onnx_path, f"{onnx_path.name}")  # what the parser would refuse, said by node, before building
     cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=work / f"{onnx_path.stem}.timing")

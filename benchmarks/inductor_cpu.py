@@ -21,8 +21,9 @@ import contextlib
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,9 +75,9 @@ def build_variants(name: str, out: Path, threads: int | None) -> tuple[Factories
     from optcli.backends.inductor.runner import InductorRunner
     from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
     from optcli.backends.openvino.runner import OpenVINORunner
+    from optcli.backends.torch.loader import detect, load_torch
     from optcli.backends.torch.runner import TorchRunner
     from optcli.calibration.dataset import SampleSet
-    from optcli.backends.torch.loader import detect, load_torch
     from optcli.tensor_spec import with_batch
 
     model, data = MODELS[name]

@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "contract")]
 def install_doubles(cache: Path) -> None:
     import os
 
+    import optcli.backends.tensorrt.probe as probe
     import optcli.backends.tensorrt.runner as runner_module
     import optcli.stages.build_tensorrt as stage_module
-    import optcli.backends.tensorrt.probe as probe
     from fake_cuda import TorchShim  # type: ignore[import-not-found]
     from fake_tensorrt import make_tensorrt  # type: ignore[import-not-found]
 

@@ -60,6 +60,7 @@ def _named(model: Any, example: Any) -> dict[str, Any]:
 def prepare(family: str, form: str, root: Path) -> tuple[str, dict[str, Any]]:
     """Write the family in its input form under root; returns (MODEL argument, named example inputs)."""
     import torch
+
     import zoo_models
 
     model, example = getattr(zoo_models, family)()

@@ -149,11 +149,11 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     throughput) beyond `max_regression` raises RegressionError (the result is on `.result`);
     `save_baseline` writes the result as a new baseline.
     """
-    from optcli.loaded_model import resolve_artifact
-    from optcli.benchmark.baseline import (compare_to_baseline, load_baseline, parse_bound, regression_error,
-                                           save_baseline as write_baseline)
+    from optcli.benchmark.baseline import compare_to_baseline, load_baseline, parse_bound, regression_error
+    from optcli.benchmark.baseline import save_baseline as write_baseline
     from optcli.benchmark.sweep import BenchSettings, run_sweep
     from optcli.errors import UsageError
+    from optcli.loaded_model import resolve_artifact
 
     known = {f for f in BenchSettings.__dataclass_fields__} - {"batches", "concurrency"}
     unknown = sorted(set(settings) - known)
@@ -194,8 +194,8 @@ def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: in
     import inspect
 
     from optcli.backends.registry import all_backends, for_format, load_object
-    from optcli.loaded_model import resolve_artifact
     from optcli.errors import UsageError
+    from optcli.loaded_model import resolve_artifact
     from optcli.runtime.thread_limit import check_threads
 
     check_threads(threads, "threads")  # the profilers open their runners themselves

@@ -28,6 +28,7 @@ from typing import Any
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, parse_input_spec
 
+
 def _targets() -> tuple[str, ...]:
     from optcli.backends.registry import targets
 

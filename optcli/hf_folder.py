@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from optcli.errors import UsageError
-from optcli.safe_paths import shown
 from optcli.optional_imports import require
+from optcli.safe_paths import shown
 
 CONFIG = "config.json"
 # The other files from_pretrained(use_safetensors=True) opens in a local folder (no variant, no subfolder).

@@ -13,14 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
-from optcli.backends.registry import ONNX
 from optcli.atomic_write import atomic_dir, remove_stale_partials
+from optcli.backends.registry import ONNX
+from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
-from optcli.backends.torch.loader import ModelSource, detect, load_torch
 from optcli.onnx_model import graph_view, io_specs
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
@@ -28,6 +27,7 @@ from optcli.stage_measure import Measurements
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
 from optcli.tensor_spec import TensorSpec, merge_pinned, with_batch
+from optcli.version import __version__
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -80,7 +80,6 @@ class Pipeline:
             inputs, fixed, int_high = torch_model.inputs, torch_model.fixed_batch, dict(torch_model.int_high)
         else:
             from optcli.onnx_model import int_bounds_onnx
-
             from optcli.sequence_axis import fill_lengths, recorded_lengths
 
             graph = graph_view(source.path)

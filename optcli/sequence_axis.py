@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from optcli.tensor_spec import TensorSpec
 from optcli.targets import tensorrt_family
+from optcli.tensor_spec import TensorSpec
 
 # input name -> the sequence it follows (one symbol per group: a mask is as long as its ids)
 GROUPS = {"input_ids": "sequence", "attention_mask": "sequence", "token_type_ids": "sequence",

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optcli.version import __version__
 from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import write_text_atomic
 from optcli.safe_paths import contained
+from optcli.version import __version__
 
 STAGE_RECORD = "stage.json"
 _STRINGS = ("artifact", "sha256", "format", "precision", "backend")

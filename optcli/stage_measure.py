@@ -18,7 +18,6 @@ from optcli.runtime.pool import session_options
 from optcli.stages import Stage, StageContext
 from optcli.tensor_spec import format_shape, random_inputs
 
-
 # The stage table's before/after figures say what a stage did to speed, not what to ship: each is
 # timed for at most STAGE_MAX_SECONDS after a short warm-up, stopping at +-5% (on a BERT-base compile
 # they were 43 s of the run, issue 16). The final artifact and its baseline get the full [bench].

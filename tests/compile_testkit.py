@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -13,8 +13,14 @@ from typing import Any
 
 import pytest
 
-from compile_testkit import (FAST_BENCH_TOML, MODELS_SOURCE, export_pt2, make_conv_bn_relu_add, make_foldable,
-                             make_matmul_add_relu)
+from compile_testkit import (
+    FAST_BENCH_TOML,
+    MODELS_SOURCE,
+    export_pt2,
+    make_conv_bn_relu_add,
+    make_foldable,
+    make_matmul_add_relu,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

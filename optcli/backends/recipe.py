@@ -37,9 +37,9 @@ from optcli.errors import StageError
 
 if TYPE_CHECKING:
     from optcli.artifact import Artifact
+    from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.calibration.dataset import SampleSet
     from optcli.cpu.options import CpuConfig
-    from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.quantize.tolerance import Tolerance
     from optcli.stages.base import StageContext
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from optcli.backends.registry import for_format
-from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
 from optcli.environment import environment
 from optcli.errors import UsageError
 from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_concurrent
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 
 SCHEMA_VERSION = 1
 NOISY_CV = 0.10          # std/mean above this: the figures moved a lot between calls

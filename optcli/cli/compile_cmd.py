@@ -12,8 +12,7 @@ import click
 from optcli.cli.main import exit_with
 from optcli.cli.registry_choice import RegistryChoice
 from optcli.cli.tensorrt_options import apply_tensorrt_options, tensorrt_options
-from optcli.config import (TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml,
-                           set_option)
+from optcli.config import TARGETS, CompileConfig, code_running_settings, compile_config_from_dict, load_toml, set_option
 from optcli.cpu.options import backend_choices
 from optcli.errors import UsageError
 from optcli.safe_paths import shown

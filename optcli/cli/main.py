@@ -10,11 +10,18 @@ from typing import Any
 import click
 
 from optcli.cli import signals
+from optcli.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_STAGE_FAILED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    OptcliError,
+    Terminated,
+    disk_full,
+)
 from optcli.library_logs import root_logger_captured
 from optcli.optional_imports import own_process
 from optcli.version import __version__
-from optcli.errors import (EXIT_INTERRUPTED, EXIT_STAGE_FAILED, EXIT_TERMINATED, EXIT_USAGE, OptcliError, Terminated,
-                           disk_full)
 
 # command name -> "module:attribute"; modules import their heavy dependencies inside functions.
 COMMANDS = {

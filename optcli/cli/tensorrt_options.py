@@ -14,8 +14,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from optcli.errors import UsageError
 from optcli.backends.tensorrt.options import SECTION, parse_batch, parse_size, tensorrt_config
+from optcli.errors import UsageError
 
 _META_KEY = "optcli.tensorrt_flags"
 _TYPED = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT)

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.latency import LatencyStats, median_ci, stats_from_samples
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 
 
 @dataclass

@@ -92,7 +92,7 @@ def stage_folders(config: CompileConfig) -> list[str]:
 def seed_cache(done: Path, target: Path, wanted: list[str]) -> None:
     """Link another variant's finished stage folders named in `wanted` into `target` (the pipeline
     validates them before reuse)."""
-    from optcli.run_lock import mark, made_by_optcli
+    from optcli.run_lock import made_by_optcli, mark
 
     if not done.is_dir() or not made_by_optcli(target):
         return

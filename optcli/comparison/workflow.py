@@ -14,7 +14,6 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance, compare_outputs
 from optcli.atomic_write import write_text_atomic
-from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
 from optcli.benchmark.feeds import FeedSource
 from optcli.benchmark.sweep import NOISY_CV
 from optcli.comparison.interleave import InterleaveSettings, measure_interleaved
@@ -22,6 +21,7 @@ from optcli.comparison.result import CompareResult, VariantResult, pareto_set, r
 from optcli.comparison.variants import Variant, VariantBuild, build_variant, variant_config
 from optcli.config import model_stem
 from optcli.environment import environment
+from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
 
 DEFAULT_TOLERANCE = {"cosine": 0.99}
 _ACC_KEYS = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy",

@@ -56,9 +56,8 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
 
 
 def cpu_name_and_versions(package_version: Any) -> dict[str, Any]:
-    from optcli.environment import cpu_name
-
     from optcli.backends import registry
+    from optcli.environment import cpu_name
 
     packages = {p for b in registry.all_backends() if b.offers_cpu() for p in (b.package, *b.build_packages) if p}
     return {"cpu": cpu_name(), "versions": {p: package_version(p) for p in sorted(packages)}}

@@ -18,9 +18,8 @@ import numpy as np
 from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.calibration.dataset import SampleSet
 from optcli.latency import median_ci, stats_from_samples
-from optcli.runtime.base import Runner
-
 from optcli.quantize.evaluate import runner_outputs
+from optcli.runtime.base import Runner
 
 
 def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str],

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli.version import __version__
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.deploy.pbtxt import parse, render
 from optcli.deploy.triton_backend import piece_of
@@ -25,6 +24,7 @@ from optcli.deploy.triton_python import python_backend_model
 from optcli.deploy.triton_readme import readme_text
 from optcli.deploy.triton_source import BACKEND_PYTHON, resolve_source
 from optcli.errors import UsageError
+from optcli.version import __version__
 
 MAX_NAME_LENGTH = 128
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
-from optcli.config import QuantizeConfig
 from optcli.backends.registry import is_onnx_file
+from optcli.config import QuantizeConfig
 from optcli.errors import UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
 from optcli.quantize.calibrate import compute_ranges

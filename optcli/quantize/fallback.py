@@ -17,7 +17,8 @@ from optcli.calibration.dataset import SampleSet
 from optcli.quantize.evaluate import evaluate
 from optcli.quantize.fallback_search import FallbackSearch, SearchResult, Trial
 from optcli.quantize.flavour import Flavour
-from optcli.quantize.fp16_base import RUNNER_OPTIONS as FP16_RUNNER_OPTIONS, cast_float_parts_to_fp16
+from optcli.quantize.fp16_base import RUNNER_OPTIONS as FP16_RUNNER_OPTIONS
+from optcli.quantize.fp16_base import cast_float_parts_to_fp16
 from optcli.quantize.int8 import int8_op_counts, quantize
 from optcli.quantize.latency_share import node_time_shares
 from optcli.quantize.qdq_strip import strip_input_qdq

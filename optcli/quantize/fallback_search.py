@@ -17,8 +17,9 @@ tolerance on INT8 coverage, never below it). `accepts` is that rule; tests check
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 SCREEN_GROUPS = 8
 MAX_SINGLETONS = 16

@@ -11,8 +11,15 @@ from typing import Any
 
 from optcli.errors import StageError
 from optcli.library_logs import captured_logs, root_logger_captured
-from optcli.onnx_model import (copy_external_data, external_data_files, graph_view, is_large, load_onnx, save_onnx,
-                               sort_topologically)
+from optcli.onnx_model import (
+    copy_external_data,
+    external_data_files,
+    graph_view,
+    is_large,
+    load_onnx,
+    save_onnx,
+    sort_topologically,
+)
 from optcli.optional_imports import require
 from optcli.quantize.flavour import Flavour, reduce_range
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from optcli.artifact import Artifact
 
 if TYPE_CHECKING:
-    from optcli.config import CompileConfig
     from optcli.backends.torch.loader import ModelSource, TorchModel
+    from optcli.config import CompileConfig
     from optcli.runtime.pool import RunnerPool
     from optcli.tensor_spec import TensorSpec
 

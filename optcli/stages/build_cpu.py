@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import budget_used, check_tolerance
-from optcli.calibration.identity import data_identity
-from optcli.unpad.apply import UNPADDED_SOURCE
 from optcli.artifact import Artifact, onnx_external_files
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
+from optcli.calibration.identity import data_identity
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.cpu.route import decided_route
@@ -38,8 +37,9 @@ from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.tensor_spec import random_inputs
 from optcli.targets import tensorrt_family
+from optcli.tensor_spec import random_inputs
+from optcli.unpad.apply import UNPADDED_SOURCE
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999

@@ -29,9 +29,9 @@ from typing import Any
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, Backend, for_target, load_object
 from optcli.backends.tensorrt.builder import Machine, obtain_engine
+from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.backends.tensorrt.options import TensorRTConfig, tensorrt_config
-from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 from optcli.backends.tensorrt.toolkit import Toolkit
 from optcli.errors import UsageError

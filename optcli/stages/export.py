@@ -32,8 +32,7 @@ from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
-from optcli.sequence_axis import (SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis,
-                                  with_length)
+from optcli.sequence_axis import SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis, with_length
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histogram
-from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family

@@ -8,7 +8,9 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
+from optcli.backends.onnxruntime.session_probe import probe
 from optcli.backends.registry import ONNX
+from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
@@ -16,9 +18,7 @@ from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
-from optcli.backends.onnxruntime.session_probe import probe
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.backends.tensorrt.graph_check import require_clean
 from optcli.targets import tensorrt_family
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
-from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
 from optcli.optional_imports import require, torch_if_own_process
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family

@@ -19,13 +19,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD
 from optcli.stages.base import Stage, StageResult, register
-from optcli.unpad.options import unpad_config
 from optcli.targets import tensorrt_family
+from optcli.unpad.options import unpad_config
 
 
 @register

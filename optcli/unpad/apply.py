@@ -150,7 +150,14 @@ def _probe_axes(model: Any, plan: Any, source: Path, out: Path, inputs: list[Ten
 def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, inputs: list[TensorSpec],
            int_high: dict[str, int], details: dict[str, Any],
            held_out: HeldOut | None, synthetic: int | None = None) -> str | None:
-    from optcli.unpad.verify import PROOF_BATCH, SYNTHETIC_SAMPLES, prove, right_padded, spanning_rows, synthetic_samples
+    from optcli.unpad.verify import (
+        PROOF_BATCH,
+        SYNTHETIC_SAMPLES,
+        prove,
+        right_padded,
+        spanning_rows,
+        synthetic_samples,
+    )
 
     lengths = None
     if synthetic:  # one batch whose longest row is short of the padded length: the slice must act

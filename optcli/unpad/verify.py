@@ -6,8 +6,9 @@ do not depend on the padded length all show up here as equal outputs, or the sta
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

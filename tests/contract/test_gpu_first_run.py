@@ -63,8 +63,8 @@ def test_the_gpu_tests_bert_builds_with_the_real_tensorrt_rtx_builder(tmp_path):
     profile with NVIDIA's own builder, which runs here without a GPU."""
     trt = pytest.importorskip("tensorrt_rtx_bindings")
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    from tiny_bert import INPUTS, save_tiny_bert
     from test_tensorrt_first_run import PROFILE
+    from tiny_bert import INPUTS, save_tiny_bert
 
     model = save_tiny_bert(tmp_path / "bert.onnx")
     logger = trt.Logger(trt.Logger.ERROR)

@@ -15,12 +15,12 @@ from onnx import helper
 
 import optcli
 from compile_testkit import read_report, run_main
-from parser_corpus import const, model, vi
 from optcli.backends.tensorrt.builder import build_engine
 from optcli.backends.tensorrt.preflight import check_file
 from optcli.backends.tensorrt.profiles import InputProfile
 from optcli.backends.tensorrt_rtx.target import runtime_problem
 from optcli.errors import DeviceUnavailableError
+from parser_corpus import const, model, vi
 
 needs_no_rtx_gpu = pytest.mark.skipif(runtime_problem() is None, reason="an RTX GPU is here: the engine runs")
 

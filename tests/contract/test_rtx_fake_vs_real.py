@@ -12,8 +12,8 @@ import onnx
 import pytest
 
 from fake_tensorrt import make_tensorrt
-from parser_corpus import CORPUS
 from optcli.backends.tensorrt.parser_check import parse_issues
+from parser_corpus import CORPUS
 
 
 def verdicts(real: Any, path: Path) -> tuple[list[dict], list[dict]]:

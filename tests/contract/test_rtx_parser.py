@@ -13,12 +13,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from compile_testkit import ort_default_int8, run_main
-from parser_corpus import CORPUS, const, model, vi
 from optcli.backends.tensorrt.builder import build_engine
 from optcli.backends.tensorrt.parser_check import parse_issues
 from optcli.backends.tensorrt.preflight import check_file
 from optcli.backends.tensorrt.profiles import InputProfile
 from optcli.errors import UsageError
+from parser_corpus import CORPUS, const, model, vi
 
 
 def cnn_with_gemm(path: Path) -> Path:

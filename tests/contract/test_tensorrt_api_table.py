@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from fake_tensorrt import Enum, make_tensorrt
 from tensorrt_api import TABLE, rows_for
 

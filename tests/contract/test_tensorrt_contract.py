@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fake_tensorrt import make_tensorrt
 from onnx import TensorProto, helper, numpy_helper
 
+from fake_tensorrt import make_tensorrt
 from optcli.artifact import Artifact
-from optcli.config import CompileConfig
-from optcli.errors import StageError, UsageError
-from optcli.backends.torch.loader import ModelSource
-from optcli.onnx_model import io_specs
-from optcli.stages.base import StageContext
-from optcli.stages.build_tensorrt import BuildTensorRTStage
 from optcli.backends.tensorrt.builder import Machine, ParserFailure, build_engine, obtain_engine
 from optcli.backends.tensorrt.engine_cache import EngineCache
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.backends.tensorrt.options import TensorRTConfig
 from optcli.backends.tensorrt.profiles import build_profiles
+from optcli.backends.torch.loader import ModelSource
+from optcli.config import CompileConfig
+from optcli.errors import StageError, UsageError
+from optcli.onnx_model import io_specs
+from optcli.stages.base import StageContext
+from optcli.stages.build_tensorrt import BuildTensorRTStage
 
 MACHINE_10 = Machine("10.8.0.43", "NVIDIA L4", "8.9")
 MACHINE_11 = Machine("11.1.0.6", "NVIDIA H100 80GB HBM3", "9.0")

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from fake_tensorrt import make_tensorrt
-from fake_cuda import TorchShim
 
 import optcli.backends.tensorrt.runner as runner_module
+from fake_cuda import TorchShim
+from fake_tensorrt import make_tensorrt
 from optcli.backends.tensorrt.preflight import check_file
 
 torch = pytest.importorskip("torch")
@@ -24,8 +24,8 @@ FAST = dict(runs=3, min_seconds=0.0, max_seconds=0.2, warmup_runs=1, warmup_seco
 
 @pytest.fixture
 def doubles(monkeypatch, tmp_path):
-    import optcli.stages.build_tensorrt as stage_module
     import optcli.backends.tensorrt.probe as probe
+    import optcli.stages.build_tensorrt as stage_module
 
     trt = make_tensorrt()
     usable = probe.TensorRTStatus(True, gpu="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.8.0.43",

@@ -10,21 +10,30 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from compile_testkit import ort_default_int8
-from fake_tensorrt import make_tensorrt
 from onnx import TensorProto, helper, numpy_helper
-from fake_cuda import FakeGraph, TorchShim
-from test_tensorrt_runner_contract import engine_for, reference, save_model
 
 import optcli.backends.tensorrt.runner as runner_module
-from optcli.errors import StageError, UsageError
-from optcli.onnx_model import io_specs
-from optcli.backends.tensorrt.builder import (Machine, ParserFailure, configure, create_network, load_timing_cache,
-                                     make_logger, obtain_engine, parse_onnx, save_timing_cache)
+from compile_testkit import ort_default_int8
+from fake_cuda import FakeGraph, TorchShim
+from fake_tensorrt import make_tensorrt
+from optcli.backends.tensorrt.builder import (
+    Machine,
+    ParserFailure,
+    configure,
+    create_network,
+    load_timing_cache,
+    make_logger,
+    obtain_engine,
+    parse_onnx,
+    save_timing_cache,
+)
 from optcli.backends.tensorrt.engine_cache import cache_key
 from optcli.backends.tensorrt.metadata import EngineMetadata, dtype_name
 from optcli.backends.tensorrt.options import TensorRTConfig
 from optcli.backends.tensorrt.profiles import build_profiles
+from optcli.errors import StageError, UsageError
+from optcli.onnx_model import io_specs
+from test_tensorrt_runner_contract import engine_for, reference, save_model
 
 torch = pytest.importorskip("torch")
 
@@ -300,8 +309,8 @@ def test_row10_version_compatible_engines_run_forward_only():
 
 # -- row 11: profiling verbosity, the profiler, the inspector ---------------------------------------
 def test_row11_profile_names_layer_types(fake, tmp_path):
-    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     assert ("profiling_verbosity", ("DETAILED",)) in fake.calls
@@ -339,8 +348,8 @@ def test_row14_docs_state_the_real_minimum_gpu():
 
 
 def test_row11_an_engine_built_without_detailed_verbosity_is_named_in_a_warning(fake, tmp_path):
-    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     plan = json.loads(engine.read_bytes()[len(b"FAKEPLAN"):])

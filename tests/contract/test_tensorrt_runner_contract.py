@@ -15,20 +15,21 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from fake_cuda import TorchShim
 from fake_tensorrt import make_tensorrt
-from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 
 import optcli.backends.tensorrt.runner as runner_module  # noqa: E402
-from optcli.errors import UsageError  # noqa: E402
-from optcli.onnx_model import io_specs  # noqa: E402
-from optcli.runtime import open_runner  # noqa: E402
-from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
 from optcli.backends.tensorrt.builder import Machine, obtain_engine  # noqa: E402
 from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
+from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
+from optcli.errors import UsageError  # noqa: E402
+from optcli.onnx_model import io_specs  # noqa: E402
+from optcli.runtime import open_runner  # noqa: E402
 
 MACHINE = Machine("10.8.0.43", "NVIDIA L4", "8.9")
 
@@ -155,8 +156,8 @@ def test_engine_for_another_gpu_or_garbage_is_refused(fake, tmp_path):
 def test_pipeline_target_tensorrt_end_to_end_through_the_doubles(fake, tmp_path, monkeypatch):
     """`compile --target tensorrt` as far as it can go without a GPU: target resolution, the stage,
     the engine cache, the pipeline measuring the engine through open_runner, the report."""
-    import optcli.stages.build_tensorrt as stage_module
     import optcli.backends.tensorrt.probe as probe
+    import optcli.stages.build_tensorrt as stage_module
     from optcli import api
 
     usable = probe.TensorRTStatus(True, gpu="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.8.0.43")

@@ -10,22 +10,23 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from fake_cuda import FakeGraph, TorchShim
 from fake_tensorrt import make_tensorrt
-from onnx import TensorProto, helper, numpy_helper
 from test_tensorrt_runner_contract import MACHINE, engine_for, reference, save_model
 
 torch = pytest.importorskip("torch")
 
 import optcli.backends.tensorrt.runner as runner_module  # noqa: E402
 from optcli import api  # noqa: E402
-from optcli.errors import UsageError  # noqa: E402
-from optcli.onnx_model import io_specs  # noqa: E402
-from optcli.tensor_spec import parse_input_spec  # noqa: E402
 from optcli.backends.tensorrt import engine_loader, handles, io_types  # noqa: E402
 from optcli.backends.tensorrt.builder import deserialize, make_logger, obtain_engine  # noqa: E402
 from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
+from optcli.errors import UsageError  # noqa: E402
+from optcli.onnx_model import io_specs  # noqa: E402
+from optcli.tensor_spec import parse_input_spec  # noqa: E402
 
 
 @pytest.fixture
@@ -311,8 +312,8 @@ def test_f9_contexts_run_with_lowered_nvtx_verbosity(fake, tmp_path):
 
 
 def test_f9_optcli_profile_keeps_the_engines_detailed_nvtx(fake, tmp_path):
-    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
 
     engine = engine_for(fake, tmp_path, save_model(tmp_path / "m.onnx"))
     result = profile_engine(ResolvedArtifact(engine, "engine"), batch=2, runs=2, warmup=0)

@@ -25,14 +25,14 @@ _STATUS = tensorrt_status()
 if not _STATUS.usable:
     pytest.skip(f"needs an NVIDIA GPU with TensorRT: {_STATUS.summary()}", allow_module_level=True)
 
-from optcli.errors import UsageError  # noqa: E402
-from optcli.onnx_model import io_specs  # noqa: E402
-from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
 from optcli.backends.tensorrt.builder import Machine, obtain_engine  # noqa: E402
 from optcli.backends.tensorrt.engine_cache import EngineCache  # noqa: E402
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE  # noqa: E402
 from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
+from optcli.backends.tensorrt.runner import TensorRTRunner  # noqa: E402
+from optcli.errors import UsageError  # noqa: E402
+from optcli.onnx_model import io_specs  # noqa: E402
 
 trt = pytest.importorskip("tensorrt")
 torch = pytest.importorskip("torch")
@@ -246,8 +246,8 @@ def test_plugin_engine_loads_in_a_fresh_process(tmp_path):
 
 def test_profile_names_layers_and_types(tmp_path):
     """Review row 11: built with DETAILED verbosity, the inspector gives every layer a type."""
-    from optcli.loaded_model import ResolvedArtifact
     from optcli.backends.tensorrt.profile import profile_engine
+    from optcli.loaded_model import ResolvedArtifact
 
     engine = build(tmp_path, conv_net(tmp_path / "net.onnx"))
     result = profile_engine(ResolvedArtifact(engine, "engine"), batch=4, runs=5, warmup=2)

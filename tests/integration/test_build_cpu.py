@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cpu_fixtures import QUICK, mlp_onnx, npz_dir
 
+from cpu_fixtures import QUICK, mlp_onnx, npz_dir
 from optcli import api
-from optcli.cli.main import main
 from optcli.backends.registry import is_installed as installed
+from optcli.cli.main import main
 from optcli.errors import AccuracyError, UsageError
 from optcli.runtime import open_runner
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optcli import api
-
 from compile_testkit import make_masked_encoder
+from optcli import api
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")

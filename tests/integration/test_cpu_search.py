@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cpu_fixtures import QUICK, mlp_onnx
 
+from cpu_fixtures import QUICK, mlp_onnx
 from optcli import api
-from optcli.cli.main import main
 from optcli.backends.registry import is_installed as installed
+from optcli.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_openvino = pytest.mark.skipif(not installed("openvino"), reason="needs the openvino extra")

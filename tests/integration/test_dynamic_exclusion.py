@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from cpu_fixtures import mlp_onnx
-
 from optcli.onnx_model import load_onnx, op_histogram
 from optcli.quantize.flavour import resolve_flavour
 from optcli.quantize.int8 import quantize

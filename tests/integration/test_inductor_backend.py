@@ -54,11 +54,11 @@ def _eager(cnn_pt2: Path, x: np.ndarray) -> np.ndarray:
 
 
 def test_package_is_built_with_freezing_and_cached(package: tuple[Path, dict], cnn_pt2: Path) -> None:
+    import zipfile
+
     from optcli.artifact import sha256_file
     from optcli.backends.inductor.cache import PackageCache
     from optcli.backends.inductor.package import build_package
-
-    import zipfile
 
     path, info = package
     assert info["inductor_configs"]["freezing"] is True
@@ -139,8 +139,8 @@ def test_pt2e_int8_program_stays_close_to_fp32(cnn_pt2: Path) -> None:
 
 def test_torchscript_is_refused_with_a_hint(cnn_torchscript: Path) -> None:
     from optcli.backends.inductor.program import exported_program
-    from optcli.errors import UsageError
     from optcli.backends.torch.loader import detect, load_torch
+    from optcli.errors import UsageError
     from optcli.tensor_spec import parse_input_spec
 
     tm = load_torch(detect(str(cnn_torchscript)), [parse_input_spec("x:1x3x16x16")])

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optcli import api
 from compile_testkit import cli_env
+from optcli import api
 
 NETS = textwrap.dedent('''
     import torch

@@ -11,13 +11,12 @@ import pytest
 pytest.importorskip("openvino", reason="needs the openvino extra (pip install 'optcli[openvino]')")
 
 from cpu_fixtures import mlp_onnx  # noqa: E402
-
 from optcli.artifact import sha256_file  # noqa: E402
+from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner  # noqa: E402
 from optcli.backends.openvino.ir import convert_onnx  # noqa: E402
+from optcli.backends.openvino.runner import OpenVINORunner, cpu_supports_bf16  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.runtime import open_runner  # noqa: E402
-from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner  # noqa: E402
-from optcli.backends.openvino.runner import OpenVINORunner, cpu_supports_bf16  # noqa: E402
 
 
 @pytest.fixture(scope="module")

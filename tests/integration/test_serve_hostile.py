@@ -20,8 +20,16 @@ import numpy as np
 import pytest
 
 from compile_testkit import REPO, cli_env
-from serve_testkit import (STARTUP_S, export_digits_onnx, needs_server, optcli_serve, pid_alive, read_line,
-                           serve_command, stop)
+from serve_testkit import (
+    STARTUP_S,
+    export_digits_onnx,
+    needs_server,
+    optcli_serve,
+    pid_alive,
+    read_line,
+    serve_command,
+    stop,
+)
 
 pytestmark = needs_server
 GOOD, MALFORMED = 800, 200            # 1,000 requests

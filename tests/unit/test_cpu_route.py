@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from compile_testkit import make_masked_encoder
 from optcli.artifact import Artifact
 from optcli.backends.torch.loader import ModelSource
 from optcli.config import CompileConfig
@@ -16,8 +17,6 @@ from optcli.cpu import route as route_mod
 from optcli.cpu.route import ONNXRUNTIME_ROUTE, cpu_route, stage_skip
 from optcli.onnx_model import io_specs, load_onnx, save_onnx
 from optcli.stages.base import StageContext
-
-from compile_testkit import make_masked_encoder
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")

@@ -284,7 +284,6 @@ def test_a_folders_identity_never_reads_through_a_link_out(tmp_path: Path) -> No
     every file under it, a link to a file outside the folder too. Its own files count; a link out is
     neither read nor part of its identity."""
     from fs_watch import FolderWatch
-
     from optcli.artifact import sha256_file
 
     folder, outside = tmp_path / "model", tmp_path / "elsewhere"

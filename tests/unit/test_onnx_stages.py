@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from optcli.artifact import Artifact
-from optcli.config import CompileConfig
 from optcli.backends.torch.loader import ModelSource
+from optcli.config import CompileConfig
 from optcli.onnx_model import io_specs, load_onnx, op_histogram
 from optcli.stages.base import StageContext
 from optcli.stages.fuse import FuseStage, fusions_made, looks_like_encoder
@@ -133,11 +133,11 @@ def test_looks_like_encoder(ops: dict[str, int], expected: bool) -> None:
 
 
 def test_fuse_failure_is_a_stage_error(tmp_path: Path, matmul_onnx: Path) -> None:
-    from optcli.errors import StageError
-
     # Valid protobuf that ORT refuses: an op that does not exist.
     import onnx
     from onnx import TensorProto, helper
+
+    from optcli.errors import StageError
 
     graph = helper.make_graph([helper.make_node("NoSuchOp", ["X"], ["Y"])], "g",
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2])],

@@ -8,15 +8,14 @@ import string
 from pathlib import Path
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compile_testkit import run_main
+from optcli.backends.tensorrt.options import parse_batch
 from optcli.errors import UsageError
 from optcli.quantize.tolerance import parse_tolerance
 from optcli.tensor_spec import parse_input_spec
-from optcli.backends.tensorrt.options import parse_batch
 
 # Text a user could type: printable characters, the grammar's own separators made likely.
 TYPED = st.text(alphabet=st.sampled_from(string.printable + "xX:/,=.-_01289" * 4 + "é\u00a0"), max_size=40)

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from compile_testkit import make_masked_encoder
 from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.cpu.measure import reference_accuracy, runner_accuracy
 from optcli.quantize.evaluate import reference_outputs
 from optcli.runtime.pool import RunnerPool, session_options
-
-from compile_testkit import make_masked_encoder
 
 
 def _rows(n: int, seed: int) -> SampleSet:

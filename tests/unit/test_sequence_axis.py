@@ -5,8 +5,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from optcli.sequence_axis import (MIN_LENGTH, SequenceAxis, example_lengths, other_length, position_limit,
-                                  sequence_axis, with_length)
+from optcli.sequence_axis import (
+    MIN_LENGTH,
+    SequenceAxis,
+    example_lengths,
+    other_length,
+    position_limit,
+    sequence_axis,
+    with_length,
+)
 from optcli.tensor_spec import TensorSpec
 
 TEXT = [TensorSpec("input_ids", ("batch", 16), "int64"), TensorSpec("attention_mask", ("batch", 16), "int64")]

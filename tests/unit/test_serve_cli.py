@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from triton_fixtures import conv_onnx, parse_config
 
 import optcli
 from compile_testkit import blocker_source, cli_env, run_main
 from optcli.artifact import sha256_file
 from optcli.errors import UsageError
+from triton_fixtures import conv_onnx, parse_config
 
 needs_wheel = pytest.mark.skipif(find_spec("pytriton") is None, reason="the serve extra (nvidia-pytriton) is "
                                  "not installed: pip install 'nvidia-pytriton==0.7.0' --no-deps, or `make dev`")

@@ -5,8 +5,15 @@ import numpy as np
 import pytest
 
 from optcli.errors import EXIT_USAGE, UsageError
-from optcli.tensor_spec import (TensorSpec, canonical_dtype, format_shape, merge_pinned, parse_input_spec,
-                                random_inputs, with_default_dtype)
+from optcli.tensor_spec import (
+    TensorSpec,
+    canonical_dtype,
+    format_shape,
+    merge_pinned,
+    parse_input_spec,
+    random_inputs,
+    with_default_dtype,
+)
 
 
 @pytest.mark.parametrize("text, name, shape, dtype", [

@@ -161,8 +161,8 @@ def test_outputs_shaped_by_input_values_are_data_dependent_and_masks_used_as_val
 
 def test_onnxruntime_default_qdq_is_flagged_by_node_and_optcli_tensorrt_flavour_is_clean(tmp_path):
 
-    from optcli.quantize.calibrate import compute_ranges
     from optcli.calibration.dataset import SampleSet
+    from optcli.quantize.calibrate import compute_ranges
     from optcli.quantize.flavour import TABLE
     from optcli.quantize.int8 import quantize
 

@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from optcli.backends.tensorrt.probe import TensorRTUnavailableError, _interpret, probe_subprocess, tensorrt_status
 from optcli.cli.main import main
 from optcli.environment import gpu_name
 from optcli.errors import EXIT_MISSING_DEPENDENCY, MissingDependencyError
-from optcli.backends.tensorrt.probe import TensorRTUnavailableError, _interpret, probe_subprocess, tensorrt_status
 
 needs_no_gpu = pytest.mark.skipif(gpu_name() is not None, reason="this machine has an NVIDIA GPU")
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from optcli.backends.tensorrt.options import TensorRTConfig, parse_batch, parse_size, tensorrt_config
+from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 from optcli.config import CompileConfig
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, parse_input_spec
-from optcli.backends.tensorrt.options import TensorRTConfig, parse_batch, parse_size, tensorrt_config
-from optcli.backends.tensorrt.profiles import InputProfile, build_profiles, check_batches, default_batch
 
 IMAGE = TensorSpec("x", ("batch", 3, 224, 224), "float32")
 TOKENS = TensorSpec("input_ids", ("batch", "seq"), "int64")

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config, run_like_triton
 
 from optcli.cli.main import main
+from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config, run_like_triton
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config, qdq_onnx, token_onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from optcli.deploy.pbtxt import Enum, MapEntries, quote, render
@@ -14,6 +13,7 @@ from optcli.deploy.triton_config import TritonOptions, build_config, parse_dynam
 from optcli.deploy.triton_source import resolve_source
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, parse_input_spec
+from triton_fixtures import conv_onnx, engine_meta, fake_engine, parse_config, qdq_onnx, token_onnx
 
 
 def config_for(path: Path, **options) -> tuple[mc.ModelConfig, object]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from triton_fixtures import conv_onnx, parse_config, write_report
 
 from optcli.backends.registry import is_installed as installed
 from optcli.deploy import TritonOptions, export_triton
 from optcli.errors import UsageError
+from triton_fixtures import conv_onnx, parse_config, write_report
 
 pytestmark = pytest.mark.skipif(not installed("openvino"), reason="needs the openvino extra")
 

@@ -10,6 +10,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from optcli.deploy import TritonOptions, export_triton, sanitize_model_name
+from optcli.errors import UsageError
+from optcli.tensor_spec import parse_input_spec
 from triton_fixtures import (
     IR_VERSION,
     conv_onnx,
@@ -20,10 +24,6 @@ from triton_fixtures import (
     token_onnx,
     write_report,
 )
-
-from optcli.deploy import TritonOptions, export_triton, sanitize_model_name
-from optcli.errors import UsageError
-from optcli.tensor_spec import parse_input_spec
 
 
 def files_under(root: Path) -> set[str]:

@@ -9,19 +9,18 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from compile_testkit import masked_self_attention
 from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.artifact import Artifact
+from optcli.backends.torch.loader import ModelSource
 from optcli.config import CompileConfig
 from optcli.errors import UsageError
-from optcli.backends.torch.loader import ModelSource
 from optcli.onnx_model import int_bounds_onnx, io_specs, load_onnx, save_onnx
 from optcli.stages.base import StageContext
 from optcli.stages.unpad import UnpadStage
 from optcli.unpad.graph import find_plan, rewrite
 from optcli.unpad.options import unpad_config
 from optcli.unpad.verify import MAX_DATA_SAMPLES, right_padded, sequence_axes, spanning_rows, synthetic_samples
-
-from compile_testkit import masked_self_attention
 
 ort = pytest.importorskip("onnxruntime")
 S, H, V = 32, 8, 50

@@ -35,8 +35,8 @@ def _pt2e() -> tuple[Any, Any, Any]:
 
     try:
         with quiet():
-            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
             import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     except ImportError as exc:
         raise MissingDependencyError("torchao", EXTRA, "INT8 with --backend inductor (PT2E quantization)") from exc
     return prepare_pt2e, convert_pt2e, x86

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.profiling.result import LayerTime, ProfileResult, finish
 
 COMPILED = "compiled code"

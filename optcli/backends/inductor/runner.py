@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from optcli.backends.inductor.files import is_package
+from optcli.backends.torch.runner import TorchRunner
 from optcli.errors import UsageError
 from optcli.optional_imports import require
-from optcli.backends.torch.runner import TorchRunner
 from optcli.tensor_spec import TensorSpec, parse_input_spec, with_default_dtype
 
 _HINT = "rebuild it with `optcli compile MODEL --backend inductor`"

@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.errors import StageError
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.profiling.result import LayerTime, ProfileResult, finish
 
 KERNEL_SUFFIX = "_kernel_time"

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
+from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
 from optcli.optional_imports import require, torch_if_own_process, with_hidden
-from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
-from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 
 # ONNX op types -> the OpenVINO op types they become, for --exclude-op in NNCF's ignored scope.
 OV_OP_TYPES = {"Conv": ["Convolution", "GroupConvolution"], "ConvTranspose": ["ConvolutionBackpropData"],

@@ -37,15 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optcli.version import __version__
 from optcli.atomic_write import atomic_path
-from optcli.errors import StageError, UsageError
 from optcli.backends.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
 from optcli.backends.tensorrt.logger import make_logger
 from optcli.backends.tensorrt.metadata import EngineMetadata, engine_io, network_io
 from optcli.backends.tensorrt.options import TensorRTConfig
 from optcli.backends.tensorrt.profiles import InputProfile, profiles_json
 from optcli.backends.tensorrt.toolkit import always_strongly_typed, is_rtx, toolkit_of
+from optcli.errors import StageError, UsageError
+from optcli.version import __version__
 
 _HW_COMPAT = {"ampere+": "AMPERE_PLUS", "same-cc": "SAME_COMPUTE_CAPABILITY"}
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optcli.errors import UsageError
-from optcli.tensor_spec import TensorSpec
 from optcli.backends.tensorrt import io_types
 from optcli.backends.tensorrt.builder import deserialize
 from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
 from optcli.backends.tensorrt.toolkit import is_rtx
+from optcli.errors import UsageError
+from optcli.tensor_spec import TensorSpec
 
 
 @dataclass

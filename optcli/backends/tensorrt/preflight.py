@@ -24,8 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from optcli.backends.tensorrt.onnx_support import NEWER_OPS, OPS, QUANTIZED_TYPES, RTX_REFUSED, SOURCE, \
-    opset_window, supports_newer_ops
+from optcli.backends.tensorrt.onnx_support import (
+    NEWER_OPS,
+    OPS,
+    QUANTIZED_TYPES,
+    RTX_REFUSED,
+    SOURCE,
+    opset_window,
+    supports_newer_ops,
+)
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
 # attempt to cast DOUBLE down to FLOAT" (operators.md notes), so it is checked as FP32.

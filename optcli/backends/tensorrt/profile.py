@@ -16,8 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.benchmark.feeds import FeedSource, check_batch
+from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.profiling.result import LayerTime, ProfileResult, finish
 
 

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from optcli.backends.tensorrt.options import Batch
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, format_shape
-from optcli.backends.tensorrt.options import Batch
 
 Shape = tuple[int, ...]
 

@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from optcli.errors import UsageError
-from optcli.optional_imports import require
-from optcli.runtime.base import Runner, _to_numpy
-from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 from optcli.backends.tensorrt import handles, io_types
 from optcli.backends.tensorrt.engine_loader import load_engine, tensor_spec
 from optcli.backends.tensorrt.handles import Context, Handle, Shape, shape_key
 from optcli.backends.tensorrt.logger import make_logger
 from optcli.backends.tensorrt.toolkit import TENSORRT
+from optcli.errors import UsageError
+from optcli.optional_imports import require
+from optcli.runtime.base import Runner, _to_numpy
+from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 
 
 def _numel(shape: Shape) -> int:

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 import optcli
-from optcli.errors import EXIT_REGRESSION, EXIT_USAGE, RegressionError, UsageError
-
 from measuring_models import make_mlp_onnx, run_cli
+from optcli.errors import EXIT_REGRESSION, EXIT_USAGE, RegressionError, UsageError
 
 QUICK = ["--runs", "5", "--min-seconds", "0", "--max-seconds", "0.3", "--warmup", "2", "--warmup-seconds", "0"]
 QUICK_API = {"runs": 5, "min_seconds": 0.0, "max_seconds": 0.3, "warmup_runs": 2, "warmup_seconds": 0.0}
@@ -147,10 +146,11 @@ def test_bad_flags_are_one_line_errors(mlp_onnx: Path) -> None:
 
 
 def test_gpu_runners_add_cuda_event_times(mlp_onnx: Path, register_backend) -> None:
-    from optcli.loaded_model import ResolvedArtifact
+    from rich.console import Console
+
     from optcli.benchmark.sweep import BenchSettings, run_sweep
     from optcli.cli.bench_cmd import _table
-    from rich.console import Console
+    from optcli.loaded_model import ResolvedArtifact
 
     register_backend("measuring_models")  # its BACKEND runs the "gpu-timed" format
     result = run_sweep(ResolvedArtifact(mlp_onnx, "gpu-timed"),

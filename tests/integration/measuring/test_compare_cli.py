@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 import optcli
-from optcli.loaded_model import resolve_artifact
+from measuring_models import run_cli
 from optcli.backends.registry import is_installed as installed
 from optcli.errors import EXIT_ACCURACY, AccuracyError
-
-from measuring_models import run_cli
+from optcli.loaded_model import resolve_artifact
 
 QUICK = ["--runs", "5", "--min-seconds", "0.05", "--max-seconds", "0.5"]
 QUICK_API = {"runs": 5, "min_seconds": 0.05, "max_seconds": 0.5, "warmup_seconds": 0.0}

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 import optcli
+from measuring_models import run_cli
 from optcli.errors import EXIT_MISSING_DEPENDENCY, EXIT_USAGE
 from optcli.onnx_model import load_onnx
-
-from measuring_models import run_cli
 
 
 def test_profile_json_maps_kernels_to_onnx_nodes(compiled_cnn: Path) -> None:

@@ -1,8 +1,13 @@
 """Recipe `nncf`: NNCF post-training INT8 of the FP32 ONNX as an IR, with NNCF's defaults."""
 from __future__ import annotations
 
-from optcli.backends.openvino.recipes.sources import excluded_nodes, ir_built, named_float, precision_hint, \
-    quantize_source
+from optcli.backends.openvino.recipes.sources import (
+    excluded_nodes,
+    ir_built,
+    named_float,
+    precision_hint,
+    quantize_source,
+)
 from optcli.backends.recipe import Built, Candidate, CpuRecipe, PlanRequest, RecipeContext
 
 
