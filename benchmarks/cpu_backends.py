@@ -105,13 +105,13 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
     ir = folder / "peer-fp32.xml"
     if not ir.exists():
         ov.save_model(ov.convert_model(str(export)), str(ir), compress_to_fp16=False)
+    nncf_default = _nncf(export, calib, False, folder)
     v: dict[str, Callable[[], Any]] = {
         "pytorch eager fp32": lambda: TorchRunner(tm.module, tm.inputs),
         "onnxruntime fp32": lambda: OnnxRuntimeRunner(export),
         "openvino fp32": lambda: OpenVINORunner(ir, precision="fp32"),
         "openvino default": lambda: OpenVINORunner(ir, precision="auto"),
-        "openvino+nncf int8 (default)":
-            lambda p=_nncf(export, calib, False, folder): OpenVINORunner(p, precision="auto"),
+        "openvino+nncf int8 (default)": lambda: OpenVINORunner(nncf_default, precision="auto"),
     }
     if encoder:
         p_tr = _nncf(export, calib, True, folder)

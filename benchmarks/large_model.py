@@ -45,7 +45,7 @@ def tree_rss_mb(pid: int) -> float:
     while todo:
         p = todo.pop()
         try:
-            total += int(next(l for l in open(f"/proc/{p}/status") if l.startswith("VmRSS")).split()[1])
+            total += int(next(line for line in open(f"/proc/{p}/status") if line.startswith("VmRSS")).split()[1])
             todo += [int(c) for c in open(f"/proc/{p}/task/{p}/children").read().split()]
         except (OSError, StopIteration, ValueError):
             pass

@@ -317,8 +317,9 @@ def set_option(config: CompileConfig, key: str, value: Any, *, text: bool = Fals
         setattr(holder, name, value)
         return
     # A stage's section stays a dict of what was set (its parser types and checks the values).
-    stored = config.extra.get(section)
-    values = dict(dataclasses.asdict(stored) if dataclasses.is_dataclass(stored) else stored or {})
+    stored: Any = config.extra.get(section)
+    is_section = dataclasses.is_dataclass(stored) and not isinstance(stored, type)
+    values: dict[str, Any] = dict(dataclasses.asdict(stored) if is_section else stored or {})
     if text:
         value = _coerce(values.get(name, getattr(section_class(section)(), name)), value, where or key)
     values[name] = value
@@ -329,10 +330,11 @@ def stage_section(config: Any, name: str, example: str) -> Any:
     """The validated section `name` a stage owns, typed as its dataclass (defaults where absent): the dict
     that TOML, flags or the API set through set_option, unknown keys refused, `validate()` run."""
     cls = section_class(name)
-    raw = config.extra.get(name, {})
+    raw: Any = config.extra.get(name, {})
     if isinstance(raw, cls):
-        raw.validate()
-        return raw
+        section: Any = raw
+        section.validate()
+        return section
     if not isinstance(raw, dict):
         raise UsageError(f"[{name}] must be a table", hint=f"e.g. [{name}] {example}")
     names = _field_names(cls)
@@ -407,7 +409,7 @@ def check_value_type(cls: type, name: str, value: Any, where: str) -> None:
 
     annotation = next((f.type for f in dataclasses.fields(cls) if f.name == name), None)
     kind = annotation.removesuffix(" | None") if isinstance(annotation, str) else None
-    if kind not in _TOML_TYPES or (value is None and annotation.endswith("| None")):
+    if kind is None or kind not in _TOML_TYPES or (value is None and str(annotation).endswith("| None")):
         return
     types, words, example = _TOML_TYPES[kind]
     ok = isinstance(value, types) and not (isinstance(value, bool) and kind != "bool")

@@ -122,7 +122,7 @@ def _model_class(transformers: Any, data: dict[str, Any], task: str) -> tuple[An
     archs = data.get("architectures") or []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     cls = getattr(transformers, arch, None) if arch else None
-    if cls is None:
+    if cls is None or arch is None:
         return transformers.AutoModel, "feature-extraction"
     task = next((t for suffix, t in _SUFFIXES.items() if arch.endswith(suffix)), "feature-extraction")
     return cls, task

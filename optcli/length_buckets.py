@@ -64,15 +64,16 @@ def group_rows(mask: np.ndarray, options: BucketOptions) -> list[np.ndarray]:
     length = np.asarray(mask).shape[1]
     extent = row_extents(mask)
     buckets = np.minimum(-(-extent // options.bucket) * options.bucket, length)
-    groups = [[int(b), np.flatnonzero(buckets == b)] for b in np.unique(buckets)]
-    while len(groups) > options.max_groups:
+    bounds = [int(b) for b in np.unique(buckets)]
+    members = [np.flatnonzero(buckets == b) for b in bounds]
+    while len(bounds) > options.max_groups:
         # Merge the neighbours whose merge adds the least padded work: the shorter group's rows
         # computed up to the longer group's bucket.
-        cost = [len(groups[i][1]) * (groups[i + 1][0] - groups[i][0]) for i in range(len(groups) - 1)]
+        cost = [len(members[i]) * (bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
         i = int(np.argmin(cost))
-        groups[i + 1][1] = np.concatenate([groups[i][1], groups[i + 1][1]])
-        del groups[i]
-    return [rows for _, rows in groups]
+        members[i + 1] = np.concatenate([members[i], members[i + 1]])
+        del bounds[i], members[i]
+    return members
 
 
 class LengthBucketedRunner:

@@ -33,7 +33,7 @@ class Measurements:
 
     def __init__(self, config: CompileConfig) -> None:
         self.config = config
-        self._latency: dict[tuple[str, str], LatencyStats] = {}
+        self._latency: dict[tuple[str, str, str], LatencyStats] = {}
         self._blocked: dict[str, str | None] = {}
 
     def not_runnable(self, artifact: Artifact) -> str | None:

@@ -8,7 +8,7 @@ keys are the input names, each with a leading batch dim (the calibration reader'
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,8 +18,11 @@ from optcli.onnx_model import int_bounds_onnx
 from optcli.runtime.base import Runner
 from optcli.tensor_spec import TensorSpec, format_shape, merge_pinned, parse_input_spec, random_inputs
 
+if TYPE_CHECKING:
+    from optcli.batching import BatchedRunner
 
-def int_bounds(runner: Runner) -> dict[str, int]:
+
+def int_bounds(runner: Runner | BatchedRunner) -> dict[str, int]:
     """Upper bounds for random int inputs of whatever this runner runs."""
     known = dict(getattr(runner, "int_high", None) or {})
     path = getattr(runner, "path", None)
@@ -66,7 +69,7 @@ class FeedSource:
             self.description = f"{len(data)} samples from {inputs_dir}"
 
     @classmethod
-    def for_runner(cls, runner: Runner, inputs_dir: str | Path | None = None,
+    def for_runner(cls, runner: Runner | BatchedRunner, inputs_dir: str | Path | None = None,
                    pins: list[str] | None = None, seed: int = 0, valid_lengths: str | None = None) -> FeedSource:
         return cls(runner.inputs, inputs_dir, pins, int_bounds(runner), seed, valid_lengths)
 

@@ -7,6 +7,7 @@ percentiles and the bootstrap CI of the median, completed samples over wall time
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -228,7 +229,7 @@ def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: i
             feeds = runner.normalize(feeds_source.batch(batch))
             before = runner.stats()
             samples, wall = time_concurrent(
-                lambda f=feeds: runner.run_normalized(f), conc, warmup_runs=settings.warmup_runs,
+                functools.partial(runner.run_normalized, feeds), conc, warmup_runs=settings.warmup_runs,
                 warmup_seconds=settings.warmup_seconds, runs=settings.runs, min_seconds=settings.min_seconds,
                 max_seconds=settings.max_seconds)
             stats = stats_from_samples(samples, batch, runner.backend, {**runner.settings, "concurrency": conc})
@@ -268,7 +269,7 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
                 check_batch(feeds_source.specs, batch)
                 feeds = runner.normalize(feeds_source.batch(batch))
                 samples, wall = time_concurrent(
-                    lambda r=runner, f=feeds: r.run_normalized(f), conc, warmup_runs=settings.warmup_runs,
+                    functools.partial(runner.run_normalized, feeds), conc, warmup_runs=settings.warmup_runs,
                     warmup_seconds=settings.warmup_seconds, runs=settings.runs,
                     min_seconds=settings.min_seconds, max_seconds=settings.max_seconds)
                 stats = stats_from_samples(samples, batch, runner.backend, {**runner_settings, "concurrency": conc})

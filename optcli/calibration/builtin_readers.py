@@ -117,7 +117,7 @@ class ImageReader:
             raise ReaderError(f"{f}: unreadable image ({type(exc).__name__})") from None
         w, h = img.size
         r = self.size / min(w, h)
-        img = img.resize((max(self.crop, round(w * r)), max(self.crop, round(h * r))), self.Image.BILINEAR)
+        img = img.resize((max(self.crop, round(w * r)), max(self.crop, round(h * r))), self.Image.Resampling.BILINEAR)
         w, h = img.size
         left, top = (w - self.crop) // 2, (h - self.crop) // 2
         img = img.crop((left, top, left + self.crop, top + self.crop))

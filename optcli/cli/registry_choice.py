@@ -14,7 +14,7 @@ class RegistryChoice(click.Choice):
         self._values = values
         super().__init__([])
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         return tuple(self._values())
 

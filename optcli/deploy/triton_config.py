@@ -135,12 +135,12 @@ def _warmup_dims(model: ServedModel, opts: TritonOptions,
             sizes[0] = 1  # batching off but dim 0 dynamic: it is still the batch, and 1 always fits
         dims = sizes[1:] if batching else sizes
         start = 1 if batching else 0
-        for i, s in enumerate(dims):
-            if s is None:
+        for i, size in enumerate(dims):
+            if size is None:
                 axis = i + start
                 return {}, (f"input {spec.name!r} has a dynamic dim {spec.shape[axis]!r} (axis {axis}) of unknown "
                             f"size; pass --input {spec.name}:SHAPE to size the warm-up")
-        out[spec.name] = tuple(int(s) for s in dims) if dims else (1,)
+        out[spec.name] = tuple(int(s) for s in dims if s is not None) if dims else (1,)
     return out, None
 
 

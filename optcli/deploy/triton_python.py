@@ -54,7 +54,7 @@ class PythonTriton(TritonBackend):
 
     def __init__(self, model: ServedModel, threads: int | None, command: str, max_request_bytes: int) -> None:
         self.inner = triton_piece(model.format)
-        self.kinds = self.inner.kinds
+        self.kinds = self.inner.kinds  # type: ignore[misc]  # the wrapped piece decides
         self.threads, self.command, self.max_request_bytes = threads, command, max_request_bytes
 
     def check(self, opts: TritonOptions, kind: str) -> None:

@@ -93,8 +93,18 @@ class FallbackSearch:
         self.cache: dict[frozenset[str], Trial] = {}
         self.eval_seconds: list[float] = []
         self.rounds: list[dict[str, Any]] = []
-        self.current: Trial | None = None
+        self._current: Trial | None = None
         self.out_of_time = False
+
+    @property
+    def current(self) -> Trial:
+        """The trial the search stands on (set by run() before any phase reads it)."""
+        assert self._current is not None
+        return self._current
+
+    @current.setter
+    def current(self, trial: Trial) -> None:
+        self._current = trial
 
     # -- bookkeeping -------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -116,7 +126,6 @@ class FallbackSearch:
         return self.cache[excluded]
 
     def _round(self, phase: str, changed: list[str], trial: Trial, kept: bool) -> None:
-        assert self.current is not None
         self.rounds.append({"round": len(self.rounds), "phase": phase, "changed": changed,
                             "trial_cosine": round(trial.score, 6), "trial_passed": trial.passed, "kept": kept,
                             "excluded": len(self.current.excluded), "cosine": round(self.current.score, 6),
@@ -124,7 +133,6 @@ class FallbackSearch:
 
     def step(self, phase: str, excluded: frozenset[str], changed: list[str]) -> bool:
         """Try `excluded`; keep it if the rule allows. False when out of budget (nothing tried)."""
-        assert self.current is not None
         if excluded == self.current.excluded:
             return True
         if excluded not in self.cache and not self._time_left():
@@ -187,7 +195,7 @@ class FallbackSearch:
         """Units back to INT8 while the rule allows: halves of the float set first (a whole screened
         group was kept, usually for one or two of its units), then one at a time, least damaging first."""
         order = {u: i for i, u in enumerate(self.ranked)}
-        group = sorted((u for u in self.current.excluded if u in order), key=order.get)
+        group = sorted((u for u in self.current.excluded if u in order), key=order.__getitem__)
         while len(group) > 1:
             for half, rest in ((group[:len(group) // 2], group[len(group) // 2:]),
                                (group[len(group) // 2:], group[:len(group) // 2])):

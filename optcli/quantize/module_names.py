@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from optcli.errors import UsageError
@@ -96,7 +97,7 @@ def resolve_excludes(patterns: list[str], nodes: list[str], modules: dict[str, s
     return chosen
 
 
-def check_exclude_ops(op_types: list[str], present: set[str], earlier: set[str] = frozenset()) -> list[str]:
+def check_exclude_ops(op_types: list[str], present: set[str], earlier: AbstractSet[str] = frozenset()) -> list[str]:
     """--exclude-op types, each of which the graph being quantized has (`present`); one it lacks is a usage
     error, as an --exclude that matches nothing is (`--exclude-op Matmul`, a typo of MatMul, silently kept
     nothing in float). `earlier`: op types of the run's earlier graphs, to say when a rewrite removed them."""

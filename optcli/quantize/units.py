@@ -8,6 +8,7 @@ op's input, so keeping that op in float takes the Relu (and any Flatten/Reshape 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ class Unit:
                 "flops_share": round(self.flops / total_flops, 6) if total_flops else 0.0}
 
 
-def compute_units(model_path: Path, flavour: Flavour, origins: list[Path] = ()) -> tuple[list[Unit], float]:
+def compute_units(model_path: Path, flavour: Flavour, origins: Sequence[Path] = ()) -> tuple[list[Unit], float]:
     """(units in graph order, the model's total FLOPs per sample) for what `flavour` quantizes."""
     # Shapes and dims only: external weights stay on disk (a 2 GB model would be copied twice here,
     # and shape inference cannot serialize a proto over 2 GiB).

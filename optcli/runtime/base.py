@@ -70,8 +70,13 @@ class Runner(ABC):
     def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
         """Run one call on `handle`; return outputs in `self.outputs` order."""
 
-    def _release_handle(self, handle: Any) -> None:
+    def _release_handle(self, handle: Any) -> None:  # noqa: B027 (an optional hook, not abstract)
         """Free one handle; default: drop the reference."""
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the runner was opened with (threads, providers, device...), for reports."""
+        return {}
 
     def _to_backend(self, value: Any, spec: TensorSpec) -> Any:
         """Convert one user input to what the backend takes (numpy by default)."""

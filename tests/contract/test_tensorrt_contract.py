@@ -78,12 +78,12 @@ def test_11x_network_gets_no_flags_and_build_succeeds(tmp_path, cfg):
 def test_the_double_refuses_what_is_outside_the_slice():
     trt = make_tensorrt("11.1.0.6")
     with pytest.raises(AttributeError, match="contract"):
-        trt.BuilderFlag.FP16            # removed in 11.x
+        _ = trt.BuilderFlag.FP16        # removed in 11.x
     with pytest.raises(AttributeError, match="contract"):
-        trt.IInt8EntropyCalibrator2     # calibrators are gone: precision comes from the ONNX
+        _ = trt.IInt8EntropyCalibrator2  # calibrators are gone: precision comes from the ONNX
     builder = trt.Builder(trt.Logger(trt.Logger.WARNING))
     with pytest.raises(AttributeError, match="contract"):
-        builder.build_engine            # TensorRT 8 API
+        _ = builder.build_engine        # TensorRT 8 API
     config = builder.create_builder_config()
     with pytest.raises(AttributeError, match="contract"):
         config.int8_calibrator = object()

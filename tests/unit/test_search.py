@@ -191,7 +191,7 @@ def test_a_leader_measured_well_inside_the_accuracy_budget_must_be_beaten_on_spe
                         (None, ["fast_but_lossy", "accurate"])):
         bench = Bench({"fast_but_lossy": 9.5, "accurate": 10.0})
         r = Search("fast", clock=bench.clock).run(list(preds), bench.build, bench.passes, bench.measure, preds,
-                                                  free={"fast_but_lossy"}, budget_used=lambda h: used)
+                                                  free={"fast_but_lossy"}, budget_used=lambda h, u=used: u)
         assert bench.built == built, used
         if len(built) == 1:
             assert "accuracy budget" in r.entry("accurate").reason

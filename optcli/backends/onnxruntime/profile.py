@@ -104,7 +104,7 @@ def profile_onnx(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 100,
             feeds = runner.normalize(source.batch(batch))
             for _ in range(warmup + runs):
                 runner.run_normalized(feeds)
-            files = runner.end_profiling()
+            files = runner.end_profiling()  # type: ignore[attr-defined]  # an OnnxRuntimeRunner
             backend, settings = runner.backend, dict(runner.settings)
         finally:
             runner.close()

@@ -86,8 +86,8 @@ def folded_weight_statistics() -> Iterator[dict[str, int]]:
             counts["folded"] += fold_constant_reductions(model)
             original(self, model, *args, **kwargs)
 
-        OVNativeEngine.__init__ = init  # type: ignore[method-assign]
+        OVNativeEngine.__init__ = init
         try:
             yield counts
         finally:
-            OVNativeEngine.__init__ = original  # type: ignore[method-assign]
+            OVNativeEngine.__init__ = original

@@ -57,11 +57,11 @@ def check_graph(path: Path, use_parser: bool = True) -> GraphCheck:
         notes.append(answer.failure)
         if answer.version and fallback == (None, None):
             fallback = (toolkit.name, answer.version)
-    toolkit, version = fallback
-    scope = f"; opset window of {toolkit} {version}" if toolkit else ""
+    toolkit_name, version = fallback
+    scope = f"; opset window of {toolkit_name} {version}" if toolkit_name else ""
     if not notes and use_parser:
         notes.append("no TensorRT or TensorRT-RTX installed: pip install 'optcli[tensorrt-rtx]' asks NVIDIA's parser")
-    return GraphCheck(f"documented support matrix ({SOURCE}{scope})", "matrix", check_file(path, toolkit, version),
+    return GraphCheck(f"documented support matrix ({SOURCE}{scope})", "matrix", check_file(path, toolkit_name, version),
                       notes)
 
 

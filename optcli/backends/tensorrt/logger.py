@@ -24,7 +24,7 @@ def make_logger(trt: Any) -> Any:
     error_levels = (int(trt.Logger.INTERNAL_ERROR), int(trt.Logger.ERROR))
     warning_level = int(trt.Logger.WARNING)
 
-    class _Logger(trt.ILogger):  # type: ignore[misc, name-defined]
+    class _Logger(trt.ILogger):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.errors: list[str] = []

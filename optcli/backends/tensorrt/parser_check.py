@@ -146,9 +146,10 @@ def _cut(model: Any, positions: list[int]) -> None:
             elem = vi.type.tensor_type.elem_type if vi is not None and vi.type.tensor_type.elem_type else 1
             dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim] \
                 if vi is not None and vi.type.tensor_type.HasField("shape") else None
-            if dims is not None and None not in dims and int(np.prod(dims or [1])) <= 1 << 20:
+            sizes = [int(d) for d in dims if d is not None] if dims is not None else None
+            if sizes is not None and len(sizes) == len(dims or []) and int(np.prod(sizes or [1])) <= 1 << 20:
                 dtype = helper.tensor_dtype_to_np_dtype(elem)
-                graph.initializer.append(numpy_helper.from_array(np.zeros(dims, dtype), name))
+                graph.initializer.append(numpy_helper.from_array(np.zeros(sizes, dtype), name))
             else:
                 graph.input.append(helper.make_tensor_value_info(name, elem, dims))
     for node in cut:

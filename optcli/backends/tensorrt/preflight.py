@@ -223,7 +223,7 @@ def _check_input_type(index: int, node: Any, g: _Graph, allowed: tuple[str, ...]
         return []
     elem = g.types.get(node.input[0])
     name = _TYPE_NAMES.get(elem) if elem is not None else None
-    if name is None or name in allowed:
+    if elem is None or name is None or name in allowed:
         return []
     return [_finding(index, node, "type", f"input {node.input[0]!r} is {_type_name(elem)}; TensorRT's "
                      f"{node.op_type} takes {', '.join(allowed)}")]

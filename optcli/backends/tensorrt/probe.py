@@ -156,10 +156,11 @@ def tensorrt_status() -> TensorRTStatus:
 # -- the child ---------------------------------------------------------------------------------
 def _child_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {"python": sys.version.split()[0], "nvidia_smi_gpu": gpu_name()}
-    trt = None
+    trt: Any = None
     try:
-        import tensorrt as trt  # noqa: F811 (the point of the probe)
+        import tensorrt
 
+        trt = tensorrt
         facts["tensorrt"] = str(trt.__version__)
         from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
 

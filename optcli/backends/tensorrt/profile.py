@@ -71,7 +71,7 @@ def profile_engine(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 10
     # has a profiler attached (its enqueue synchronizes to emit the layer times).
     # detailed_nvtx: the contexts keep the engine's DETAILED NVTX ranges for an Nsight trace taken
     # around `optcli profile`; every other runner lowers them (they slow enqueueV3).
-    runner = open_artifact(resolved, concurrency=1, cuda_graph=False, detailed_nvtx=True)
+    runner: Any = open_artifact(resolved, concurrency=1, cuda_graph=False, detailed_nvtx=True)  # a TensorRTRunner
     try:
         trt = runner.trt
         source = FeedSource.for_runner(runner, inputs_dir, pins)
