@@ -15,7 +15,7 @@ SAMPLES := sample_models/out
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 LOCKED := $(PIP) --no-deps --require-hashes $(TORCH_INDEX)
 
-.PHONY: venv dev demo test samples clean lock check-latest lint
+.PHONY: venv dev demo test test-slow samples clean lock check-latest lint
 
 # A lock that changed makes a new venv: pip would leave packages the new lock dropped.
 $(VENV)/.locked: $(LOCK)
@@ -52,8 +52,18 @@ demo: samples
 	$(VENV)/bin/optcli compile $(SAMPLES)/digits_cnn.pt2 --out optcli-out/digits_cnn-int8 --int8 \
 		--calib calibration/digits_cnn/calib --eval calibration/digits_cnn/eval
 
-test: $(VENV)/.dev-installed
-	$(PY) -m pytest -q
+# ruff and mypy at the lock's versions (pyproject.toml holds their settings).
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# The suite without the tests marked slow (minutes each: real exports of large configs, zoo compiles);
+# `make test-slow` runs those, and CI runs both (.ci/run). The 25 slowest print at the end.
+test: lint
+	$(PY) -m pytest -q -m "not slow" --durations=25
+
+test-slow: $(VENV)/.dev-installed
+	$(PY) -m pytest -q -m slow --durations=25
 
 # Regenerates every lock from pyproject.toml's ranges at the newest versions they allow
 # (UPGRADE= keeps the current pins where they still fit). uv is pinned; it runs from its own venv.
