@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                              "--int8", "--calib", "calibration/digits_cnn/calib",
                              "--eval", "calibration/digits_cnn/eval"]),
         ("tiny_bert int8", [optcli, "compile", str(samples / "tiny_bert.pt2"), "--out", str(work / "bert-int8"),
-                            "--int8", "--calib", "calibration/tiny_bert/calib", "--eval", "calibration/tiny_bert/eval"]),
+                            "--int8", "--calib", "calibration/tiny_bert/calib",
+                            "--eval", "calibration/tiny_bert/eval"]),
     ]
     results = []
     for name, cmd in steps:

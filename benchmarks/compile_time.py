@@ -126,7 +126,8 @@ def speed(rows: dict[str, dict[str, Any]], name: str, rounds: int) -> dict[str, 
     from optcli.cpu.measure import interleaved
     from optcli.runtime import open_runner
 
-    runners = {k: open_runner(r["artifact"], r["format"], **r["runner_options"]) for k, r in rows.items() if "artifact" in r}
+    runners = {k: open_runner(r["artifact"], r["format"], **r["runner_options"])
+               for k, r in rows.items() if "artifact" in r}
     try:
         names = [i.name for i in next(iter(runners.values())).inputs]
         ev, _ = _load(Path(MODELS[name][1]) / "eval", names)
@@ -138,7 +139,8 @@ def speed(rows: dict[str, dict[str, Any]], name: str, rounds: int) -> dict[str, 
     return {k: {"p50": v["p50"], "p50_ci": v["p50_ci"]} for k, v in stats.items()}
 
 
-def bench(name: str, out: Path, reps: int, rounds: int, searches: tuple[str, ...] = ("fast", "thorough")) -> dict[str, Any]:
+def bench(name: str, out: Path, reps: int, rounds: int,
+          searches: tuple[str, ...] = ("fast", "thorough")) -> dict[str, Any]:
     from optcli.onnx_model import load_onnx, looks_like_encoder, op_histogram
 
     result: dict[str, Any] = {"model": name, "runs": []}
@@ -207,7 +209,8 @@ def summary(res: dict[str, Any]) -> list[str]:
     lines = []
     for i, run in enumerate(res["runs"]):
         p, sp = run.get("peer", {}), run.get("speed", {})
-        peers = ", ".join(f"{k} {v['quantize_s']:.1f} s" + (f" (+ convert {v['convert_s']:.1f} s)" if "convert_s" in v else "")
+        peers = ", ".join(f"{k} {v['quantize_s']:.1f} s"
+                          + (f" (+ convert {v['convert_s']:.1f} s)" if "convert_s" in v else "")
                           for k, v in p.items())
         ref_name = bar_peer(p)
         ref = p.get(ref_name, {}).get("quantize_s")
@@ -225,8 +228,10 @@ def summary(res: dict[str, Any]) -> list[str]:
                     f"{_int8_work(r) / ref:.1f}x" if ref else "-"
             p50 = f"; p50 {sp[k]['p50']:.4g} ms {sp[k]['p50_ci']}" if k in sp else ""
             lines.append(f"{label}: {r['wall_s']:.1f} s ({ratio}); stages {json.dumps(r['stages_s'])}; "
-                         f"outside stages {r['around_stages_s']:.1f} s; chose {r['chosen']} (cosine {r['cosine']:.5f}){p50}")
-            others = [f"{r['wall_s'] / v['quantize_s']:.2f}x {k}" for k, v in p.items() if k != ref_name and v.get("quantize_s")]
+                         f"outside stages {r['around_stages_s']:.1f} s; "
+                         f"chose {r['chosen']} (cosine {r['cosine']:.5f}){p50}")
+            others = [f"{r['wall_s'] / v['quantize_s']:.2f}x {k}" for k, v in p.items()
+                      if k != ref_name and v.get("quantize_s")]
             if others:
                 lines.append(f"    against the other peer calls: {', '.join(others)}")
             lines.append(f"    candidates: {json.dumps(r['candidates'])}")
@@ -239,7 +244,8 @@ def summary(res: dict[str, Any]) -> list[str]:
             lines.append("fast and thorough chose the same candidate, built differently")
         if "fast" in sp and "thorough" in sp and f.get("cosine") and t.get("cosine"):
             lines.append(f"fast vs thorough: speed {sp['thorough']['p50'] / sp['fast']['p50']:.3f}x, "
-                         f"cosine {f['cosine']:.5f} vs {t['cosine']:.5f}, compile {t['wall_s'] / f['wall_s']:.2f}x faster")
+                         f"cosine {f['cosine']:.5f} vs {t['cosine']:.5f}, "
+                         f"compile {t['wall_s'] / f['wall_s']:.2f}x faster")
     return lines
 
 

@@ -83,7 +83,8 @@ def measure(run: Path, fb: dict, flavour: str) -> None:
     base = stats["fp32"]["p50"]
     print(f"interleaved ONNX Runtime, batch 1, {info.get('rounds')} rounds:")
     for k in models:
-        print(f"  {k}: p50 {stats[k]['p50']:.2f} ms (95% CI {stats[k].get('p50_ci')}), {base / stats[k]['p50']:.2f}x FP32")
+        print(f"  {k}: p50 {stats[k]['p50']:.2f} ms (95% CI {stats[k].get('p50_ci')}), "
+              f"{base / stats[k]['p50']:.2f}x FP32")
     for p in (named, plain):
         p.unlink(missing_ok=True)
 
@@ -104,14 +105,16 @@ def main() -> None:
     if args.measure_only:
         from optcli.report import RunReport
 
-        st = RunReport.load(args.out / "run" / "report.json", "run the benchmark once without --measure-only").stage("quantize-int8")
+        st = RunReport.load(args.out / "run" / "report.json",
+                            "run the benchmark once without --measure-only").stage("quantize-int8")
         measure(args.out / "run", st.details["fallback"], st.details["flavour"]["name"])
         return
     model = build(args.out, args.images)
     t0 = time.perf_counter()
     report = api.compile(model, out=args.out / "run", int8=True, calib=args.out / "calib", eval=args.out / "eval",
                          target="cpu", backend=args.backend, bench=False, check=False, force=True,
-                         fallback_budget=args.budget, flavour=args.flavour, **({"cosine": args.cosine} if args.cosine else {}))
+                         fallback_budget=args.budget, flavour=args.flavour,
+                         **({"cosine": args.cosine} if args.cosine else {}))
     wall = time.perf_counter() - t0
     st = report.stage("quantize-int8")
     fb = st.details.get("fallback") or {}
@@ -127,8 +130,8 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|")
         for r in fb["rounds"]:
             changed = ", ".join(r["changed"][:2]) + (f" +{len(r['changed']) - 2}" if len(r["changed"]) > 2 else "")
-            print(f"| {r['round']} | {r['phase']} | {changed} | {r['trial_cosine']:.4f} | {'yes' if r['kept'] else 'undone'} "
-                  f"| {r['excluded']} | {r['cosine']:.4f} | {r['seconds']} |")
+            print(f"| {r['round']} | {r['phase']} | {changed} | {r['trial_cosine']:.4f} "
+                  f"| {'yes' if r['kept'] else 'undone'} | {r['excluded']} | {r['cosine']:.4f} | {r['seconds']} |")
         print(f"kept in float ({fb['float_flops_share']:.2%} of FLOPs):")
         for u in fb["kept_in_float"]:
             print(f"  {u['module']}  ({u['op_type']}, {u['node']}, {u['flops_share']:.2%} FLOPs)")

@@ -225,7 +225,8 @@ def bench_model(name: str, model: Any, sample: tuple[int, ...], trt: Any, torch:
     bmax = max(args.batch)
     refs = {}
     for batch in args.batch:
-        xt = torch.from_numpy(np.random.default_rng(batch).standard_normal((batch, *sample)).astype(np.float32)).to(device)
+        xt = torch.from_numpy(np.random.default_rng(batch).standard_normal((batch, *sample))
+                              .astype(np.float32)).to(device)
         model.float().to(device)
         with torch.inference_mode():
             refs[batch] = model(xt).float().cpu().numpy()
@@ -282,7 +283,8 @@ def main() -> None:
     note = "DRY RUN (TensorRT double, CPU torch): the figures are meaningless. " if args.dry_run else ""
     cuda_version = getattr(torch.version, "cuda", None)
     header = (f"{note}GPU: {status.gpu} (compute {status.compute_capability}); TensorRT {trt.__version__}; "
-              f"torch {torch.__version__} (CUDA {cuda_version}); {time.strftime('%Y-%m-%d')}; runs {args.runs}, median.")
+              f"torch {torch.__version__} (CUDA {cuda_version}); {time.strftime('%Y-%m-%d')}; "
+              f"runs {args.runs}, median.")
     print(header + "\n\n" + HEADER, flush=True)
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="optcli-gpu-bench-") as tmp:

@@ -128,7 +128,8 @@ def bench(budget: float, usable: bool, reason: str) -> tuple[str, bool]:
 def page(facts: dict[str, Any], rows: list[dict[str, str]], note: str, measured: list[dict[str, Any]],
          bench_text: str, seconds: float) -> str:
     lines = ["# GPU: the first run (issue 29)", "",
-             f"Written by `python benchmarks/gpu_first_run.py` on {time.strftime('%Y-%m-%d %H:%M')} in {seconds:.0f} s. "
+             f"Written by `python benchmarks/gpu_first_run.py` on {time.strftime('%Y-%m-%d %H:%M')} "
+             f"in {seconds:.0f} s. "
              "Everything below is what ran on this machine; a skipped test says why.", "",
              "## The machine", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items() if k != "tensorrt_usable"]

@@ -82,8 +82,8 @@ def main() -> None:
         time.sleep(0.2)
     report = json.loads(proc.stdout.read() or "{}")
     wall = time.time() - start
-    print(f"model: {args.layers} x Linear({args.width}, {args.width}) = {size_mb / 1000:.2f} GB fp32, {args.precision}, "
-          f"exit {proc.returncode}, {wall:.0f} s")
+    print(f"model: {args.layers} x Linear({args.width}, {args.width}) = {size_mb / 1000:.2f} GB fp32, "
+          f"{args.precision}, exit {proc.returncode}, {wall:.0f} s")
     print(f"{'stage':16} {'status':10} {'seconds':>8} {'peak RSS GB':>12} {'x model':>8}")
     t = samples[0][0] if samples else 0.0
     t = 0.0
@@ -94,7 +94,8 @@ def main() -> None:
         peak = max(window, default=0.0)
         print(f"{stage['name']:16} {stage['status']:10} {secs:8.1f} {peak / 1000:12.2f} {peak / size_mb:8.2f}")
         t += secs
-    print(f"{'whole run':16} {report.get('status', '?'):10} {wall:8.1f} {overall / 1000:12.2f} {overall / size_mb:8.2f}")
+    print(f"{'whole run':16} {report.get('status', '?'):10} {wall:8.1f} "
+          f"{overall / 1000:12.2f} {overall / size_mb:8.2f}")
     print("(stage windows are approximate: they add stage seconds from the start; the model load before export and"
           " the report writing between stages shift them slightly)")
 

@@ -104,7 +104,8 @@ def compile_row(family: str, kind: str, form: str, precision: str, model: str, n
     args = [sys.executable, "-m", "optcli", "compile", model, "--out", str(out), "--json", "--force",
             "--config", str(root / "zoo.toml"), "--target", target]
     if precision == "int8":
-        args += ["--int8", "--calib", str(_data(named, root / "calib", 0)), "--eval", str(_data(named, root / "eval", 100))]
+        args += ["--int8", "--calib", str(_data(named, root / "calib", 0)),
+                 "--eval", str(_data(named, root / "eval", 100))]
     t0 = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - t0

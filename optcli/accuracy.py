@@ -188,7 +188,8 @@ def same_function(summary: dict[str, Any]) -> str | None:
         if not e.get("finite", True):
             return f"output {name!r} has NaN or Inf values"
         if e["max_abs_err"] > SAME_FUNCTION_MAX_ABS_REL * e.get("scale", 0.0) and e["max_abs_err"] >= NUMERIC_ZERO:
-            return f"output {name!r}: max abs error {e['max_abs_err']:.4g} on outputs of scale {e.get('scale', 0.0):.4g}"
+            return (f"output {name!r}: max abs error {e['max_abs_err']:.4g} "
+                    f"on outputs of scale {e.get('scale', 0.0):.4g}")
         if e["cosine_min"] < SAME_FUNCTION_COSINE and not _cosine_is_noise(e):
             return f"output {name!r}: cosine {e['cosine_min']:.6f} < {SAME_FUNCTION_COSINE}"
     return None

@@ -186,7 +186,8 @@ class CompileConfig(Freezable):
         if self.target not in TARGETS:
             raise UsageError(f"unknown target {self.target!r}", hint=f"use one of: {', '.join(TARGETS)}")
         if self.export.opset < 17:
-            raise UsageError(f"opset {self.export.opset} is too old", hint="optcli exports opset 17 or newer (default 18)")
+            raise UsageError(f"opset {self.export.opset} is too old",
+                             hint="optcli exports opset 17 or newer (default 18)")
         if self.fuse.level not in ("basic", "extended"):
             raise UsageError(f"unknown fuse level {self.fuse.level!r}",
                              hint="use basic or extended (the all level writes CPU-specific layouts)")
@@ -197,9 +198,11 @@ class CompileConfig(Freezable):
         if self.export.exporter not in ("auto", "dynamo", "torchscript"):
             raise UsageError(f"unknown exporter {self.export.exporter!r}", hint="use auto, dynamo or torchscript")
         if self.quantize.precision not in PRECISIONS:
-            raise UsageError(f"unknown precision {self.quantize.precision!r}", hint=f"use one of: {', '.join(PRECISIONS)}")
+            raise UsageError(f"unknown precision {self.quantize.precision!r}",
+                             hint=f"use one of: {', '.join(PRECISIONS)}")
         if self.quantize.precision == "int8" and self.quantize.calib is None:
-            raise UsageError("--int8 needs calibration data", hint="pass --calib DIR (a folder of .npz files, keys = input names)")
+            raise UsageError("--int8 needs calibration data",
+                             hint="pass --calib DIR (a folder of .npz files, keys = input names)")
         if self.time_budget is not None and not (isinstance(self.time_budget, (int, float)) and self.time_budget > 0):
             raise UsageError(f"time budget {self.time_budget!r} must be a positive number of seconds",
                              hint="e.g. --time-budget 60")

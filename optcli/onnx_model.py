@@ -329,7 +329,8 @@ def has_symbolic_batch(model: Any) -> bool:
 
 def looks_like_encoder(ops: dict[str, int]) -> bool:
     """Transformer encoder: attention (MatMul + Softmax) and layer norms (fused or decomposed)."""
-    has_norm = any(k.endswith("LayerNormalization") for k in ops) or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops))
+    has_norm = (any(k.endswith("LayerNormalization") for k in ops)
+                or ("ReduceMean" in ops and ("Pow" in ops or "Mul" in ops)))
     return "Softmax" in ops and "MatMul" in ops and has_norm or "com.microsoft.Attention" in ops
 
 
@@ -358,7 +359,8 @@ def _external_tensors(model: Any) -> Any:
     graphs = [model.graph]
     while graphs:
         graph = graphs.pop()
-        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+        tensors = list(graph.initializer) + [a.t for n in graph.node for a in n.attribute
+                                             if a.type == onnx.AttributeProto.TENSOR]
         yield from (t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL)
         for node in graph.node:
             for a in node.attribute:

@@ -34,7 +34,8 @@ def well_formed(record: dict[str, Any]) -> bool:
     carry (optcli/runtime/recorded_options.py); else the stage is rebuilt."""
     from optcli.runtime.recorded_options import problem
 
-    return (all(isinstance(record.get(k), str) for k in _STRINGS) and all(isinstance(record.get(k), dict) for k in _DICTS)
+    return (all(isinstance(record.get(k), str) for k in _STRINGS)
+            and all(isinstance(record.get(k), dict) for k in _DICTS)
             and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
             and isinstance(record.get("accuracy"), (dict, type(None)))
             and problem(record["format"], record.get("meta", {}).get("runner_options", {})) is None)

@@ -141,8 +141,10 @@ rewrites only the `<model>/` folders below and this README; other files here are
 
 | model | input keys | calib | eval |
 |---|---|---|---|
-| digits_cnn | `x` float32 N x 1 x 32 x 32, preprocessed (8x8 digits upsampled bilinear to 32x32, normalised with mean 0.3058, std 0.3242) | 128 training-split images, 4 x 32 | first 256 test-split images, 4 x 64 |
-| tiny_bert | `input_ids`, `attention_mask` int64 N x 64 (pad id 0, mask 0 on padding) | 128 synthetic sequences (seed 1234), 4 x 32 | 256 sequences (seed 5678), 4 x 64 |
+| digits_cnn | `x` float32 N x 1 x 32 x 32, preprocessed (8x8 digits upsampled bilinear to 32x32, \
+normalised with mean 0.3058, std 0.3242) | 128 training-split images, 4 x 32 | first 256 test-split images, 4 x 64 |
+| tiny_bert | `input_ids`, `attention_mask` int64 N x 64 (pad id 0, mask 0 on padding) \
+| 128 synthetic sequences (seed 1234), 4 x 32 | 256 sequences (seed 5678), 4 x 64 |
 
 The digits split is scikit-learn's `train_test_split(test_size=0.25, random_state=0)` of
 `load_digits()`; tiny_bert's label is 1 when tokens in [10, 60) outnumber tokens in [60, 110).

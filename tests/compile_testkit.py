@@ -269,7 +269,8 @@ def make_eager_attention(path: Path, batch: int = 2, seq: int = 8, hidden: int =
                   helper.make_node("Add", [f"{n}_mm", f"B{n}"], [f"{n}_b"]),
                   helper.make_node("Reshape", [f"{n}_b", "heads_shape"], [f"{n}_r"]),
                   helper.make_node("Transpose", [f"{n}_r"], [n], perm=perm)]
-    nodes += [helper.make_node("MatMul", ["q", "k"], ["scores"]), helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+    nodes += [helper.make_node("MatMul", ["q", "k"], ["scores"]),
+              helper.make_node("Div", ["scores", "scale"], ["scaled"]),
               helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
               helper.make_node("MatMul", ["probs", "v"], ["ctx"]),
               helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),

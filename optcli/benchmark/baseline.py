@@ -52,7 +52,8 @@ def load_baseline(path: Path) -> BenchResult:
     path = Path(path)
     hint = "re-create it with `optcli bench ARTIFACT --save-baseline FILE`"
     if not path.exists():
-        raise UsageError(f"baseline not found: {path}", hint="create one with `optcli bench ARTIFACT --save-baseline FILE`")
+        raise UsageError(f"baseline not found: {path}",
+                         hint="create one with `optcli bench ARTIFACT --save-baseline FILE`")
     if not path.is_file():
         raise UsageError(f"baseline {path} is not a regular file", hint=hint)
     try:
@@ -108,7 +109,8 @@ def _malformed(data: dict[str, Any]) -> str | None:
             if not _number(lat.get(key)) or lat[key] < 0:
                 return f"{where}: latency_ms.{key} {lat.get(key)!r} is not a finite number >= 0"
         if lat["p50"] <= 0:
-            return f"{where}: latency_ms.p50 {lat['p50']!r} is not positive (no regression could be measured against it)"
+            return (f"{where}: latency_ms.p50 {lat['p50']!r} is not positive "
+                    "(no regression could be measured against it)")
         if not _count(lat.get("runs")) or not _count(lat.get("batch")) or not isinstance(lat.get("runtime"), str):
             return f"{where}: latency_ms needs runs and batch (positive integers) and runtime (a string)"
         if not isinstance(lat.get("settings", {}), dict):

@@ -284,5 +284,6 @@ def run_sweep(resolved: ResolvedArtifact, settings: BenchSettings) -> BenchResul
     env = environment()
     env["load_average_before"] = load_before
     return BenchResult(artifact=resolved.to_json(), runtime=runtime, settings=settings.to_json(), inputs=inputs_json,
-                       environment=env, points=points, knee=find_knee(points, settings.latency_budget_ms, settings.budget_percentile),
+                       environment=env, points=points,
+                       knee=find_knee(points, settings.latency_budget_ms, settings.budget_percentile),
                        warnings=_noise_warnings(points, load_before))

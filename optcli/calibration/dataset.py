@@ -95,9 +95,11 @@ def load_samples(folder: Path, specs: list[TensorSpec], reader: str | None = Non
                  minimum: int = 1, what: str = "calibration") -> SampleSet:
     """Read, validate and stack up to `limit` samples; fewer than `minimum` is an error."""
     if not folder.exists():
-        raise UsageError(f"{what} folder not found: {folder}", hint=f"pass --{'calib' if what == 'calibration' else 'eval'} DIR")
+        raise UsageError(f"{what} folder not found: {folder}",
+                         hint=f"pass --{'calib' if what == 'calibration' else 'eval'} DIR")
     if not folder.is_dir():
-        raise UsageError(f"{what} data {folder} is not a folder", hint="pass a folder of .npz files (keys = input names)")
+        raise UsageError(f"{what} data {folder} is not a folder",
+                         hint="pass a folder of .npz files (keys = input names)")
     if not any(folder.iterdir()):
         raise UsageError(f"{what} folder {folder} is empty", hint="put .npz files in it (keys = input names)")
     cls, how = find_reader(reader, folder)

@@ -35,7 +35,8 @@ class _Progress:
         if event == "variant_start":
             self.console.print(f"[{data['index']}/{data['total']}] building {data['name']} ...")
         elif event == "variant_end":
-            status = {"ok": "[green]ok[/]", "gate-failed": f"[yellow]built, but its accuracy gate failed[/]: {data['error']}"}.get(
+            status = {"ok": "[green]ok[/]",
+                      "gate-failed": f"[yellow]built, but its accuracy gate failed[/]: {data['error']}"}.get(
                 data["status"], f"[red]failed[/]: {data['error']}")
             self.console.print(f"      {data['name']}: {status} ({data['seconds']:.1f}s)")
         elif event == "phase":
@@ -56,7 +57,8 @@ class _Progress:
 @click.option("--out", "-o", type=click.Path(path_type=Path), help="Output folder [optcli-out/<model>-compare].")
 @click.option("--target", type=click.Choice(TARGETS), default="auto", show_default=True)
 @click.option("--force", is_flag=True, help="Rebuild every variant's stages.")
-@click.option("--runs", type=click.IntRange(1), default=100, show_default=True, help="Timed calls per variant and batch (at least).")
+@click.option("--runs", type=click.IntRange(1), default=100, show_default=True,
+              help="Timed calls per variant and batch (at least).")
 @click.option("--min-seconds", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Timed time per variant and batch (at least).")
 @click.option("--max-seconds", type=click.FloatRange(0.01), default=8.0, show_default=True)

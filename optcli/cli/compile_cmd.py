@@ -197,8 +197,8 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
 @tensorrt_options
 @click.pass_context
 def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) -> None:
-    """Compile MODEL (.onnx, .pt2, TorchScript .pt, file.py:factory, or a Hugging Face model folder) through the pipeline:
-    export -> simplify -> fuse -> ..., writing one artifact per stage, report.json and report.md."""
+    """Compile MODEL (.onnx, .pt2, TorchScript .pt, file.py:factory, or a Hugging Face model folder) through the
+    pipeline: export -> simplify -> fuse -> ..., writing one artifact per stage, report.json and report.md."""
     from optcli import api
 
     config = build_config(ctx, model, params)

@@ -73,4 +73,5 @@ def debug_int8_cmd(model: str, calib: Path, as_json: bool, plot: Path | None, to
         console.print(f"plot: {plot}")
     best = next((r for r in report["units"] if r["cosine_gain_in_float"] is not None), None)
     if best is not None and not report["passes"]:
-        console.print(f"try: optcli compile {model} --int8 --calib {calib} --exclude '{best['module'] or best['node']}'")
+        console.print(f"try: optcli compile {model} --int8 --calib {calib} "
+                      f"--exclude '{best['module'] or best['node']}'")

@@ -131,7 +131,8 @@ def _foreign_exit(exc: SystemExit, debug: bool) -> None:
     where they are called, optcli/errors.py foreign_exit)."""
     if debug:
         raise exc
-    _print_error(f"internal error: SystemExit({exc.code!r}) raised by code optcli called (a plugin, or the model's own code)",
+    _print_error(f"internal error: SystemExit({exc.code!r}) raised by code optcli called "
+                 "(a plugin, or the model's own code)",
                  "rerun with --debug for the traceback")
     sys.exit(EXIT_STAGE_FAILED)
 

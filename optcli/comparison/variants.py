@@ -42,7 +42,8 @@ def parse_variants(names: list[str] | str, custom: list[str] | None = None) -> l
     for text in custom or []:
         name, sep, rest = text.partition(":")
         if not sep or not _NAME.fullmatch(name):
-            raise UsageError(f"malformed --variant {text!r}", hint="write NAME:key=value,... e.g. nofuse:fuse.enabled=false")
+            raise UsageError(f"malformed --variant {text!r}",
+                             hint="write NAME:key=value,... e.g. nofuse:fuse.enabled=false")
         options: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = part.partition("=")
@@ -67,7 +68,8 @@ def parse_variants(names: list[str] | str, custom: list[str] | None = None) -> l
             out.append(Variant(n, {"precision": n}))
         else:
             raise UsageError(f"unknown variant {n!r}",
-                             hint=f"use a precision ({', '.join(PRECISIONS)}) or define it with --variant {n}:key=value")
+                             hint=f"use a precision ({', '.join(PRECISIONS)}) "
+                                  f"or define it with --variant {n}:key=value")
     return out
 
 

@@ -61,8 +61,9 @@ def triton_dtype(spec: TensorSpec, piece: TritonBackend) -> str:
     model_configuration.md, and each backend's own type map)."""
     dtype = TRITON_TYPES.get(spec.dtype)
     if dtype is None or dtype not in piece.types:
-        raise UsageError(f"tensor {spec.name!r} has dtype {spec.dtype}, which Triton's {piece.platform} backend does not "
-                         "serve", hint="keep model inputs/outputs float32/float16/int (e.g. fp16 with keep_io_types)")
+        raise UsageError(f"tensor {spec.name!r} has dtype {spec.dtype}, "
+                         f"which Triton's {piece.platform} backend does not serve",
+                         hint="keep model inputs/outputs float32/float16/int (e.g. fp16 with keep_io_types)")
     return dtype
 
 

@@ -68,7 +68,8 @@ def _from_report(path: Path) -> ServedModel:
     if backend is None:
         served = [b.format for b in with_triton()]
         raise UsageError(f"{path}: the final artifact is {fmt!r}; Triton export takes {', '.join(served[:-1])} or "
-                         f"{served[-1]} artifacts", hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
+                         f"{served[-1]} artifacts",
+                         hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
     piece = load_object(backend.triton)
     model = piece.served(artifact)
     # Everything below is data from a file: only values of the expected types are used.

@@ -22,8 +22,8 @@ POLL_S = 0.5
 RESTART_WINDOW_S = 600.0
 STUB_NAME = "triton_python_b"     # the stub's comm (its executable's name, cut to 15 characters)
 # Lines of the server's log that say why it or a stub died, most telling first.
-_CAUSES = (re.compile(r"what\(\):\s*(.*)"), re.compile(r"(terminate called .*)"), re.compile(r"(Signal \(\d+\) received)"),
-           re.compile(r"(Stub process .* is not healthy)"))
+_CAUSES = (re.compile(r"what\(\):\s*(.*)"), re.compile(r"(terminate called .*)"),
+           re.compile(r"(Signal \(\d+\) received)"), re.compile(r"(Stub process .* is not healthy)"))
 
 
 def end_group(process: subprocess.Popen[bytes], timeout: float) -> int | None:

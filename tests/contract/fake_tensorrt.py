@@ -682,7 +682,8 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
             assert value in ProfilingVerbosity, f"not a ProfilingVerbosity: {value!r}"
             # pyCoreDoc.h: "the verbosity may not be raised above" the engine's (setNvtxVerbosity -> false).
             if _VERBOSITY_RANK[value.name] > _VERBOSITY_RANK[self._engine._plan["verbosity"]]:
-                _log(Logger.ERROR, f"NVTX verbosity {value.name} is above the engine's {self._engine._plan['verbosity']}")
+                _log(Logger.ERROR,
+                     f"NVTX verbosity {value.name} is above the engine's {self._engine._plan['verbosity']}")
                 return
             record("nvtx_verbosity", value.name)
             self._nvtx = value
@@ -904,8 +905,10 @@ def make_tensorrt(version: str = "10.8.0.43", compute_capability: str = "8.9") -
         def get_tensor_format(self, name: str) -> Any:
             return getattr(TensorFormat, self._find(name).format)
 
-        def create_execution_context(self, strategy: Any = ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext:
-            assert strategy in ExecutionContextAllocationStrategy, f"not an ExecutionContextAllocationStrategy: {strategy!r}"
+        def create_execution_context(self,
+                                     strategy: Any = ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext:
+            assert strategy in ExecutionContextAllocationStrategy, \
+                f"not an ExecutionContextAllocationStrategy: {strategy!r}"
             assert strategy != ExecutionContextAllocationStrategy.ON_PROFILE_CHANGE, "not modelled"
             record("create_execution_context", strategy.name)
             return IExecutionContext(self, strategy == ExecutionContextAllocationStrategy.USER_MANAGED)

@@ -101,7 +101,8 @@ def _cast_to(elem: int) -> Any:
 
 
 def _plain() -> Any:
-    return model([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["y"], name="r")],
+    return model([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                  helper.make_node("Relu", ["m"], ["y"], name="r")],
                  [vi("x")], [vi("y", shape=("N", 3))], [const("w", np.ones((4, 3), np.float32))])
 
 
@@ -114,12 +115,13 @@ def _newer(op: str, opset: int, inputs: list[Any], inits: list[Any], out: Any, *
 CORPUS: dict[str, Callable[[], Any]] = {
     "plain_matmul_relu": _plain,
     "custom_domain_op": _custom_domain,
-    "unique_op": lambda: model([helper.make_node("Unique", ["x"], ["y"], name="uniq")], [vi("x")], [vi("y", shape=("K",))]),
+    "unique_op": lambda: model([helper.make_node("Unique", ["x"], ["y"], name="uniq")], [vi("x")],
+                               [vi("y", shape=("K",))]),
     "matmul_int64": lambda: _matmul(I64),
     "matmul_int32": lambda: _matmul(I32),
     "relu_uint8": lambda: model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", U8)], [vi("y", U8)]),
-    "identity_uint32": lambda: model([helper.make_node("Identity", ["x"], ["y"], name="id")], [vi("x", TensorProto.UINT32)],
-                                     [vi("y", TensorProto.UINT32)]),
+    "identity_uint32": lambda: model([helper.make_node("Identity", ["x"], ["y"], name="id")],
+                                     [vi("x", TensorProto.UINT32)], [vi("y", TensorProto.UINT32)]),
     "cast_to_int16": lambda: _cast_to(TensorProto.INT16),
     "cast_to_double": lambda: _cast_to(TensorProto.DOUBLE),
     "qdq_s8_symmetric": _qdq,
@@ -147,9 +149,10 @@ CORPUS: dict[str, Callable[[], Any]] = {
                                               strides=[320, 320], ceil_mode=1),
     "averagepool_3x3": lambda: _pool("AveragePool", ("N", 3, 8, 8), ("N", 3, 6, 6), kernel_shape=[3, 3]),
     "lppool_2d": lambda: _pool("LpPool", ("N", 3, 8, 8), ("N", 3, 7, 7), kernel_shape=[2, 2]),
-    "eyelike_dynamic": lambda: model([helper.make_node("EyeLike", ["x"], ["y"], name="eye")], [vi("x", shape=("N", "M"))],
-                                     [vi("y", shape=("N", "M"))]),
-    "nonzero": lambda: model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [vi("x")], [vi("y", I64, (2, "K"))]),
+    "eyelike_dynamic": lambda: model([helper.make_node("EyeLike", ["x"], ["y"], name="eye")],
+                                     [vi("x", shape=("N", "M"))], [vi("y", shape=("N", "M"))]),
+    "nonzero": lambda: model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [vi("x")],
+                             [vi("y", I64, (2, "K"))]),
     "resize_linear": lambda: _resize("linear"),
     "resize_cubic": lambda: _resize("cubic"),
     "resize_antialias": lambda: _resize("linear", antialias=1),

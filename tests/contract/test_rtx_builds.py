@@ -68,7 +68,8 @@ def test_a_shape_tensor_input_builds_with_its_value_range(rtx, tmp_path):
         [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6]),
          helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["A", "B"])]), opset_imports=[helper.make_opsetid("", 17)])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["A", "B"])]),
+        opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "reshape.onnx"
     onnx.save(m, str(path))
     from optcli.backends.tensorrt.profiles import InputProfile

@@ -106,8 +106,8 @@ def value_sized_graph(path: Path) -> Path:
              helper.make_node("ReduceMax", ["lengths"], ["extent"], keepdims=1, name="extent"),
              helper.make_node("Slice", ["x", "zero", "extent", "axis1"], ["y"], name="slice_to_extent")]
     m = model(nodes, [vi("x", shape=("N", "S")), vi("mask", onnx.TensorProto.INT64, ("N", "S"))],
-              [vi("y", shape=("N", "L"))], [const("axis1", np.array([1], np.int64)), const("zero", np.array([0], np.int64))],
-              opset=18)
+              [vi("y", shape=("N", "L"))],
+              [const("axis1", np.array([1], np.int64)), const("zero", np.array([0], np.int64))], opset=18)
     onnx.save(m, str(path))
     return path
 
@@ -151,7 +151,8 @@ def test_no_fp16_keeps_the_float_parts_fp32(rtx, rtx_encoder, tmp_path, engine_c
     assert code == 0, err
     report = read_report(out)
     q = stage(report, "quantize-int8")
-    assert q["details"]["flavour"]["float_parts"] == "fp32" and report["final"]["flavour"] == "tensorrt-rtx-strongly-typed"
+    assert (q["details"]["flavour"]["float_parts"] == "fp32"
+            and report["final"]["flavour"] == "tensorrt-rtx-strongly-typed")
     graph = onnx.load(str(out / q["artifact"]), load_external_data=False)
     assert {i.data_type for i in graph.graph.initializer if i.name.endswith("_scale")} == {onnx.TensorProto.FLOAT}
 
@@ -162,7 +163,8 @@ def test_int8_keeps_the_float_parts_fp32_where_fp16_cannot_hold_the_activations(
     rng = np.random.default_rng(1)
     w1 = const("w1", (rng.standard_normal((32, 64)) * 1e-5).astype(np.float32))
     w2 = const("w2", (rng.standard_normal((64, 16)) * 1e-5).astype(np.float32))
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
              helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
     path = tmp_path / "tiny-values.onnx"
     onnx.save(model(nodes, [vi("x", shape=("N", 32))], [vi("y", shape=("N", 16))], [w1, w2]), str(path))

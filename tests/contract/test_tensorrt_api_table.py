@@ -37,7 +37,8 @@ def test_the_double_has_exactly_the_tables_surface(version):
 
 
 def test_version_gated_members_differ_between_releases():
-    assert ("BuilderFlag", "FP16") in fake_surface("10.8.0.43") and ("BuilderFlag", "FP16") not in fake_surface("11.1.0.6")
+    assert (("BuilderFlag", "FP16") in fake_surface("10.8.0.43")
+            and ("BuilderFlag", "FP16") not in fake_surface("11.1.0.6"))
     assert ("HardwareCompatibilityLevel", "SAME_COMPUTE_CAPABILITY") not in fake_surface("10.8.0.43")
     assert ("NetworkDefinitionCreationFlag", "EXPLICIT_BATCH") in fake_surface("10.3.0.26")
     assert int(make_tensorrt("10.8.0.43").NetworkDefinitionCreationFlag.STRONGLY_TYPED) == 1   # NvInfer.h 10.x

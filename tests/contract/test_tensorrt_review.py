@@ -43,7 +43,8 @@ MACHINE = Machine("10.8.0.43", "NVIDIA L4", "8.9")
 @pytest.fixture
 def fake(monkeypatch):
     trt = make_tensorrt()
-    monkeypatch.setattr(runner_module, "require", lambda module, purpose: {"tensorrt": trt, "torch": TorchShim(trt)}[module])
+    monkeypatch.setattr(runner_module, "require",
+                        lambda module, purpose: {"tensorrt": trt, "torch": TorchShim(trt)}[module])
     return trt
 
 
@@ -153,7 +154,8 @@ def test_row2_plugin_engine_loads_in_the_runner_of_a_fresh_process(tmp_path, mon
 # -- row 3: BF16 outputs in numpy mode -------------------------------------------------------------
 def test_row3_bf16_output_comes_back_as_exact_float32(fake, tmp_path):
     w = numpy_helper.from_array((np.arange(12, dtype=np.float32).reshape(4, 3) - 6) / 7, "W")
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Cast", ["m"], ["y"], to=TensorProto.BFLOAT16)]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]),
+             helper.make_node("Cast", ["m"], ["y"], to=TensorProto.BFLOAT16)]
     model = save(tmp_path / "bf16.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                  [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["N", 3])], [w])
     engine = engine_for(fake, tmp_path, model)
@@ -195,7 +197,8 @@ def test_row4_shape_tensor_input_needs_values_and_runs_from_host_memory(fake, tm
 def test_row4_the_double_refuses_a_device_pointer_for_a_host_tensor(fake, tmp_path):
     model = reshape_model(tmp_path / "reshape.onnx")
     cfg = TensorRTConfig(engine_cache_enabled=False, timing_cache=tmp_path / "t.cache")
-    got = obtain_engine(fake, model, profiles_for(model), cfg, MACHINE, shape_values={"shape": ((1, 1), (4, 3), (16, 16))})
+    got = obtain_engine(fake, model, profiles_for(model), cfg, MACHINE,
+                        shape_values={"shape": ((1, 1), (4, 3), (16, 16))})
     from optcli.backends.tensorrt.builder import deserialize
 
     context = deserialize(fake, got.engine_bytes, make_logger(fake)).create_execution_context()

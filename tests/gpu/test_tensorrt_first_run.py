@@ -160,7 +160,8 @@ def test_tensorrt_rtx_engine_on_an_rtx_gpu(bert, tmp_path):
     from optcli.environment import gpu_name
     from optcli.errors import OptcliError
 
-    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed (pip install 'optcli[tensorrt-rtx]')")
+    pytest.importorskip("tensorrt_rtx_bindings",
+                        reason="TensorRT-RTX is not installed (pip install 'optcli[tensorrt-rtx]')")
     if gpu_name() is None:
         pytest.skip("no NVIDIA GPU here (nvidia-smi finds none)")
     from optcli import api

@@ -199,7 +199,8 @@ def test_bf16_output_returns_float32_in_numpy_mode(tmp_path):
 
 def test_shape_tensor_input_runs_from_host_memory(tmp_path):
     """Review row 4: set_shape_input at build, a host pointer for the HOST-located input at run time."""
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])],
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("Reshape", ["r", "shape"], ["y"])],
                               "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6]),
                                           helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
@@ -273,7 +274,8 @@ def test_cuda_graph_replay_matches_plain_execution(tmp_path):
     with TensorRTRunner(engine) as plain, TensorRTRunner(engine, cuda_graph=True) as graphed:
         for _ in range(3):
             x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
-            np.testing.assert_allclose(graphed.predict({"x": x})["y"], plain.predict({"x": x})["y"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(graphed.predict({"x": x})["y"], plain.predict({"x": x})["y"],
+                                       rtol=1e-5, atol=1e-5)
         assert graphed.settings["cuda_graph"] or graphed.settings["cuda_graph_note"]
 
 
@@ -309,8 +311,8 @@ def test_engine_cache_hit_then_corrupt_entry_rebuilt(tmp_path):
 def test_optcli_compile_target_tensorrt_end_to_end(tmp_path):
     model = conv_net(tmp_path / "net.onnx")
     env = {**os.environ, "OPTCLI_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-c", "from optcli.cli.main import main; main()", "compile", str(model), "--target", "tensorrt", "--out",
-           str(tmp_path / "out"), "--bench-runs", "5", "--batch", "1/4/16", "--json"]
+    cmd = [sys.executable, "-c", "from optcli.cli.main import main; main()", "compile", str(model),
+           "--target", "tensorrt", "--out", str(tmp_path / "out"), "--bench-runs", "5", "--batch", "1/4/16", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)

@@ -332,7 +332,8 @@ def test_python_factory_with_input_subprocess(factory_file: Path, tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     report = read_report(out)
     assert [s["name"] for s in core_stages(report)] == ["export", "simplify"]  # --no-fuse drops the stage
-    # The final artifact comes from simplify, or from build-cpu (numbered 04: after the skipped unpad) where OpenVINO competes.
+    # The final artifact comes from simplify, or from build-cpu (numbered 04: after the skipped unpad) where OpenVINO
+    # competes.
     assert report["final"]["artifact"] in ("02-simplify/model.onnx", "04-build-cpu/model.onnx",
                                            "04-build-cpu/model.xml")
 

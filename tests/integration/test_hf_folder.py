@@ -144,7 +144,8 @@ def test_a_file_named_outside_the_folder_is_refused(folders: dict[str, Path], tm
         (outside / "sub" / "escaped.safetensors").write_bytes((outside / "escaped.safetensors").read_bytes())
         (folder / "sub").rmdir()
         (folder / "sub").symlink_to(outside / "sub")
-        index["weight_map"] = {n: "sub/escaped.safetensors" if s == shard else s for n, s in index["weight_map"].items()}
+        index["weight_map"] = {n: "sub/escaped.safetensors" if s == shard else s
+                               for n, s in index["weight_map"].items()}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with FolderWatch(outside, *( [outside / "sub"] if escape == "folder-link" else [])) as watch:
         code, out, err = run_main("compile", str(folder), "--out", str(tmp_path / "o"), "--no-bench",

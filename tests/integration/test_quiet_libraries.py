@@ -18,7 +18,8 @@ def test_hf_folder_int8_compile_prints_no_library_log(torch_mod, tmp_path: Path)
     tf = pytest.importorskip("transformers")
     torch_mod.manual_seed(0)
     small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-    tf.BertModel(tf.BertConfig(vocab_size=100, max_position_embeddings=64, **small)).save_pretrained(str(tmp_path / "bert"))
+    tf.BertModel(tf.BertConfig(vocab_size=100, max_position_embeddings=64, **small)).save_pretrained(
+        str(tmp_path / "bert"))
     calib = tmp_path / "calib"
     calib.mkdir()
     rng = np.random.default_rng(0)

@@ -108,7 +108,8 @@ def test_malformed_requests_mixed_into_good_ones(digits_onnx: Path, tmp_path: Pa
         want = [reference.predict(x)["logits"] for x in xs]
 
     started = time.monotonic()
-    with optcli_serve(digits_onnx, "--max-batch-size", "16", "--max-request-mib", "1", tmpdir=tmp_path) as (ready, proc):
+    with optcli_serve(digits_onnx, "--max-batch-size", "16", "--max-request-mib", "1",
+                      tmpdir=tmp_path) as (ready, proc):
         pid, infer_url = ready["pid"], ready["urls"]["http"] + "/infer"
         client = grpcclient.InferenceServerClient(ready["urls"]["grpc"])
         http_bad = _malformed_http(infer_url)
@@ -245,7 +246,8 @@ def test_what_a_dead_serve_left_is_removed_by_the_next(digits_onnx: Path, tmp_pa
         regions: list[Path] = []
         while not regions and time.monotonic() < deadline and proc.poll() is None:
             folders = list(tmp_path.glob("optcli-serve-*"))
-            regions = [r for f in folders for r in SHM.glob("optcli_serve_" + f.name.removeprefix("optcli-serve-") + "*")]
+            regions = [r for f in folders
+                       for r in SHM.glob("optcli_serve_" + f.name.removeprefix("optcli-serve-") + "*")]
             time.sleep(0.05)
         assert regions, "the server made no shared-memory region with this serve's prefix"
         proc.send_signal(signal.SIGTERM)

@@ -43,7 +43,8 @@ def test_optcli_toml(tmp_path: Path) -> None:
 
 def test_pyproject_tool_optcli(tmp_path: Path) -> None:
     path = tmp_path / "pyproject.toml"
-    path.write_text('[project]\nname = "x"\n\n[tool.optcli.export]\nopset = 19\n\n[tool.optcli.bench]\nenabled = false\n')
+    path.write_text('[project]\nname = "x"\n\n[tool.optcli.export]\nopset = 19\n\n'
+                    '[tool.optcli.bench]\nenabled = false\n')
     cfg = compile_config_from_dict("m.onnx", load_toml(path))
     assert cfg.export.opset == 19 and cfg.bench.enabled is False
 

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "optcli"
 # float_format/double_format; onnx.helper.strip_doc_string reads .label.
 REMOVED_ATTRIBUTES = {"LABEL_REPEATED": "FieldDescriptor.LABEL_REPEATED",
                       "LABEL_OPTIONAL": "FieldDescriptor.LABEL_OPTIONAL",
-                      "LABEL_REQUIRED": "FieldDescriptor.LABEL_REQUIRED", "strip_doc_string": "onnx.helper.strip_doc_string",
+                      "LABEL_REQUIRED": "FieldDescriptor.LABEL_REQUIRED",
+                      "strip_doc_string": "onnx.helper.strip_doc_string",
                       "float_format": "text_format float_format", "double_format": "text_format double_format"}
 
 

@@ -59,7 +59,8 @@ def test_inner_tensors_of_an_unpadded_graph_join_across_length_batches(tmp_path:
     mask = (np.arange(16)[None, :] < lengths[:, None]).astype(np.int64)
     x = (rng.standard_normal((20, 16)) * mask).astype(np.float32)
     [y, inner], names = run_model(sliced_to_batch_length_onnx(tmp_path / "u.onnx"),
-                                  SampleSet({"x": x, "attention_mask": mask}, None, "test", "npz"), extra_outputs=["inner"])
+                                  SampleSet({"x": x, "attention_mask": mask}, None, "test", "npz"),
+                                  extra_outputs=["inner"])
     assert names == ["y", "inner"] and inner.shape == (20, lengths.max())
     np.testing.assert_allclose(y, x.sum(1), rtol=1e-5)   # in sample order
     for row, n in enumerate(lengths):

@@ -4,9 +4,11 @@ from __future__ import annotations
 from optcli.backends.torch.export_errors import last_line, source_of
 
 # The innermost message of T5's dynamo failure with a symbolic batch (abridged: two frames, not five).
-VIEW_ERROR = '''Cannot view a tensor with shape torch.Size([s11, 16, 2, 16]) and strides (512, 16, 256, 1) as a tensor with shape (s11, 16, 32)!
+VIEW_ERROR = '''Cannot view a tensor with shape torch.Size([s11, 16, 2, 16]) and strides (512, 16, 256, 1) as a tensor \
+with shape (s11, 16, 32)!
 
-While executing %view_4 : [num_users=1] = call_function[target=torch.ops.aten.view.default](args = (%transpose_3, [%sym_size_int_11, 16, -1]), kwargs = {})
+While executing %view_4 : [num_users=1] = call_function[target=torch.ops.aten.view.default](\
+args = (%transpose_3, [%sym_size_int_11, 16, -1]), kwargs = {})
 Original traceback:
 File "/venv/lib/python3.11/site-packages/transformers/models/t5/modeling_t5.py", line 854, in forward
     encoder_outputs = self.encoder(

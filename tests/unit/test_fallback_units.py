@@ -37,7 +37,8 @@ def test_dynamo_name_scopes_win_over_the_node_name() -> None:
 def test_metadata_dropped_by_a_rewrite_is_found_in_an_earlier_graph() -> None:
     early = helper.make_model(helper.make_graph(
         [_node("Relu", ["x"], ["y"], "node_relu", "['', 'body', 'body.act', 'relu']")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
     late = onnx.ModelProto()
     late.CopyFrom(early)
     del late.graph.node[0].metadata_props[:]
@@ -47,7 +48,8 @@ def test_metadata_dropped_by_a_rewrite_is_found_in_an_earlier_graph() -> None:
 
 def test_exclude_patterns_take_node_names_module_paths_and_globs() -> None:
     nodes = ["n0", "n1", "n2", "n3"]
-    modules = {"n0": "encoder.layer.10.attn", "n1": "encoder.layer.11.attn.q", "n2": "encoder.layer.11.ffn", "n3": "head"}
+    modules = {"n0": "encoder.layer.10.attn", "n1": "encoder.layer.11.attn.q", "n2": "encoder.layer.11.ffn",
+               "n3": "head"}
     assert resolve_excludes(["n3"], nodes, modules) == ["n3"]
     assert resolve_excludes(["encoder.layer.11"], nodes, modules) == ["n1", "n2"]
     assert resolve_excludes(["encoder.layer.11.*"], nodes, modules) == ["n1", "n2"]
@@ -70,7 +72,8 @@ def cnn(tmp_path: Path) -> Path:
              _node("GlobalAveragePool", ["s"], ["p"], "/pool/GlobalAveragePool"),
              _node("Flatten", ["p"], ["f"], "/Flatten"),
              _node("Gemm", ["f", "wf"], ["y"], "/head/Gemm", transB=1)]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+    graph = helper.make_graph(nodes, "cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])], [w1, w2, wf])
     path = tmp_path / "cnn.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -103,7 +103,8 @@ def test_the_stage_table_labels_each_rows_latency_setting() -> None:
     def lat(runtime: str, level: str | None = None) -> dict:
         return {"p50": 1.0, "runtime": runtime, "settings": {"graph_optimization": level} if level else {}}
 
-    export = StageReport("export", status="ok", latency_ms={"before": lat("torch-cpu"), "after": lat("onnxruntime-cpu", "disabled")})
+    export = StageReport("export", status="ok",
+                         latency_ms={"before": lat("torch-cpu"), "after": lat("onnxruntime-cpu", "disabled")})
     quant = StageReport("quantize-int8", status="ok",
                         latency_ms={"before": lat("onnxruntime-cpu", "all"), "after": lat("onnxruntime-cpu", "all")})
     report = RunReport("0", {"path": "m"}, "cpu", {}, {}, stages=[export, quant])

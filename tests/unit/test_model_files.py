@@ -76,7 +76,8 @@ def _rich_model() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("make", [_model, _rich_model, lambda: helper.make_model(helper.make_graph(
-    [helper.make_node("Identity", ["x"], ["y"])], "no-initializers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    [helper.make_node("Identity", ["x"], ["y"])], "no-initializers",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))])
 def test_serialized_parts_parse_back_to_the_same_model(make, tmp_path: Path) -> None:
     """save_onnx writes the initializers as separate pieces (fields out of protobuf's usual order): the

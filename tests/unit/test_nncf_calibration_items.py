@@ -34,7 +34,8 @@ def test_a_dynamic_batch_gets_batches_of_rows_by_length(tmp_path: Path) -> None:
     from optcli.backends.openvino.ir import CALIBRATION_BATCH, _calibration_items
 
     calib = _samples(21)
-    items, batch = _calibration_items(_encoder_like(tmp_path / "m.onnx", "batch"), ["input_ids", "attention_mask"], calib)
+    items, batch = _calibration_items(_encoder_like(tmp_path / "m.onnx", "batch"), ["input_ids", "attention_mask"],
+                                      calib)
     assert batch == CALIBRATION_BATCH == 8 and [len(i["input_ids"]) for i in items] == [8, 8, 5]
     lengths = [int(n) for i in items for n in i["attention_mask"].sum(1)]
     assert lengths == sorted(lengths)  # similar lengths together: little padding computed per batch

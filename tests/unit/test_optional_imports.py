@@ -148,9 +148,12 @@ def test_nncf_that_needs_torch_after_all_gets_it(tmp_path: Path) -> None:
             import torch  # unguarded
             return original(*args, **kwargs)
         nncf.quantize = needs_torch
-        calib = SampleSet({{"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}}, None, "t", "npz")
-        xml, facts = ir.nncf_int8(__import__("pathlib").Path({str(model)!r}), __import__("pathlib").Path({str(tmp_path / "q")!r}),
-                                  calib, transformer=False, exclude_nodes=[], exclude_ops=[], facts={{}}, precision="int8")
+        calib = SampleSet({{"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}},
+                          None, "t", "npz")
+        xml, facts = ir.nncf_int8(__import__("pathlib").Path({str(model)!r}),
+                                  __import__("pathlib").Path({str(tmp_path / "q")!r}),
+                                  calib, transformer=False, exclude_nodes=[], exclude_ops=[], facts={{}},
+                                  precision="int8")
         print("quantized", facts["fake_quantize"] > 0, "torch" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -173,7 +176,8 @@ def test_a_program_that_imported_optcli_gets_nncf_with_its_torch_support(tmp_pat
         from optcli.backends.openvino import ir
         from optcli.calibration.dataset import SampleSet
 
-        calib = SampleSet({{"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}}, None, "t", "npz")
+        calib = SampleSet({{"x": np.random.default_rng(2).standard_normal((20, 32)).astype(np.float32)}},
+                          None, "t", "npz")
         ir.nncf_int8(Path({str(model)!r}), Path({str(tmp_path / "q")!r}), calib, transformer=False, exclude_nodes=[],
                      exclude_ops=[], facts={{}}, precision="int8")
         import torch

@@ -34,7 +34,8 @@ def test_a_matching_request_passes() -> None:
 
 def test_the_request_that_aborted_triton_is_refused() -> None:
     problem = check_request_header(_request(_x([1, 1, 32, 2**40])), MODEL)
-    assert problem == "unexpected shape for input 'x' for model 'digits_cnn': expected [-1,1,32,32], got [1,1,32,1099511627776]"
+    assert problem == ("unexpected shape for input 'x' for model 'digits_cnn': "
+                       "expected [-1,1,32,32], got [1,1,32,1099511627776]")
 
 
 def test_refusals_name_what_is_wrong() -> None:

@@ -39,7 +39,8 @@ def test_stage_rows_are_short_and_a_full_measurement_answers_them_too(tmp_path: 
     assert row is not None and budgets[-1]["max_seconds"] == STAGE_MAX_SECONDS
     assert budgets[-1]["warmup_runs"] == STAGE_WARMUP_RUNS < config.bench.warmup_runs
     full = m.latency(ctx, art, "all", full=True)
-    assert full is not row and budgets[-1]["max_seconds"] == 10.0 and budgets[-1]["warmup_runs"] == config.bench.warmup_runs
+    assert (full is not row and budgets[-1]["max_seconds"] == 10.0
+            and budgets[-1]["warmup_runs"] == config.bench.warmup_runs)
     # ... and may stop before `runs` once its median is known to +-[bench] settle, from 20 calls on
     assert budgets[-1]["settle"] == config.bench.settle == 0.01 and budgets[-1]["settle_min_runs"] == 20
     assert budgets[-1]["settle_min_seconds"] == config.bench.min_seconds

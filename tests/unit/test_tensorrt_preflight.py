@@ -34,7 +34,8 @@ def rules(m) -> list[tuple[str, str]]:
 
 def test_a_plain_graph_is_clean():
     w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
-    m = model([helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["y"], name="r")],
+    m = model([helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+               helper.make_node("Relu", ["m"], ["y"], name="r")],
               [vi("x")], [vi("y", shape=("N", 3))], [w])
     assert check_model(m) == []
 
@@ -75,9 +76,11 @@ def test_a_type_tensorrt_does_not_have():
 
 
 def qdq_graph(zero_point_type=I8, zp_value=0, x_type=F, bias_int32=False, axis=None, scale_len=1):
-    scale = numpy_helper.from_array(np.full(scale_len, 0.1, np.float32) if scale_len > 1 else np.array(0.1, np.float32), "s")
+    scale = numpy_helper.from_array(np.full(scale_len, 0.1, np.float32) if scale_len > 1
+                                    else np.array(0.1, np.float32), "s")
     np_zp = {I8: np.int8, U8: np.uint8}[zero_point_type]
-    zp = numpy_helper.from_array(np.full(scale_len, zp_value, np_zp) if scale_len > 1 else np.array(zp_value, np_zp), "zp")
+    zp = numpy_helper.from_array(np.full(scale_len, zp_value, np_zp) if scale_len > 1
+                                 else np.array(zp_value, np_zp), "zp")
     kw = {} if axis is None else {"axis": axis}
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q", **kw),
              helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="dq", **kw)]

@@ -260,7 +260,8 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("other, change", [
     (lambda d: token_onnx(d / "tok.onnx"), "its inputs are x FP32 [-1, 3, 8, 8], this one's input_ids INT64 [-1, -1]"),
     (lambda d: qdq_onnx(d / "qdq.onnx"), "its inputs are x FP32 [-1, 3, 8, 8], this one's x FP32 [-1, 16]"),
-    (lambda d: conv_onnx(d / "fixed.onnx", batch=2), "its inputs are x FP32 [-1, 3, 8, 8], this one's x FP32 [2, 3, 8, 8]"),
+    (lambda d: conv_onnx(d / "fixed.onnx", batch=2),
+     "its inputs are x FP32 [-1, 3, 8, 8], this one's x FP32 [2, 3, 8, 8]"),
     (lambda d: None, "its platform is onnxruntime_onnx, this one's python"),   # the same file, Python backend
 ])
 def test_a_different_model_under_an_existing_name_is_refused(tmp_path, conv, other, change):
@@ -300,7 +301,8 @@ def test_an_existing_config_that_cannot_be_compared_is_refused(tmp_path, conv):
     config = repo / "m" / "config.pbtxt"
     # A hand-written config with the same tensors, in another layout, compares equal.
     config.write_text('# mine\nname:"m" platform:"onnxruntime_onnx" max_batch_size:4 '
-                      'input[{name:"x",data_type:TYPE_FP32,dims:[3,8,8]}] output{name:"logits" data_type:TYPE_FP32 dims:[4]}')
+                      'input[{name:"x",data_type:TYPE_FP32,dims:[3,8,8]}] '
+                      'output{name:"logits" data_type:TYPE_FP32 dims:[4]}')
     assert export_triton(conv, repo, name="m").version == 2
     for text, fragment in (("name: {{{{", "cannot be read"), ("input [ { dims: [ 3 ", "cannot be read"),
                            ("{" * 10_000, "cannot be read"), (None, "no config.pbtxt")):
@@ -320,7 +322,8 @@ def test_export_triton_cli_refuses_another_model_in_one_line(tmp_path, conv):
     code, _, err = run_main("export-triton", str(token_onnx(tmp_path / "t.onnx")), "--repo", str(repo), "--name", "m")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 2 and "of a different model" in lines[0] and "--replace" in lines[1], err
-    code, out, err = run_main("export-triton", str(tmp_path / "t.onnx"), "--repo", str(repo), "--name", "m", "--replace")
+    code, out, err = run_main("export-triton", str(tmp_path / "t.onnx"), "--repo", str(repo), "--name", "m",
+                              "--replace")
     assert code == 0 and "removed version(s) 1" in err, err
 
 

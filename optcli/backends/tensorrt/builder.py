@@ -15,7 +15,8 @@ polygraphy/backend/trt/loader.py):
 - network.num_inputs / num_outputs; network.get_input(i) / get_output(i) -> .name .shape .dtype .is_shape_tensor
 - config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, bytes); config.builder_optimization_level;
   config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED;
-  config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.*; config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE);
+  config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.*;
+  config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE);
   config.add_optimization_profile(profile) -> index; profile.set_shape(name, min, opt, max);
   profile.set_shape_input(name, min, opt, max)   (values of shape-tensor inputs)
 - config.create_timing_cache(bytes); config.set_timing_cache(cache, ignore_mismatch) -> bool;
@@ -154,7 +155,8 @@ def configure(trt: Any, builder: Any, network: Any, options: dict[str, Any], pro
     if missing:
         raise StageError(f"input {missing[0]!r} is a shape tensor (TensorRT needs the range of its values, "
                          "not of its shape)", hint="export the model with that shape as a constant, or build "
-                         "through optcli.backends.tensorrt.builder.build_engine(..., shape_values={name: (min, opt, max)})")
+                         "through optcli.backends.tensorrt.builder.build_engine(..., "
+                         "shape_values={name: (min, opt, max)})")
     dynamic = [p for p in profiles if p.dynamic and p.name not in shape_inputs]
     unknown = [p.name for p in dynamic if p.name not in net_inputs]
     if unknown:

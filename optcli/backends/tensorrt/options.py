@@ -100,7 +100,8 @@ class TensorRTConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise UsageError(f"unknown key {unknown[0]!r} in [{SECTION}]", hint=f"known keys: {', '.join(sorted(names))}")
+            raise UsageError(f"unknown key {unknown[0]!r} in [{SECTION}]",
+                             hint=f"known keys: {', '.join(sorted(names))}")
         cfg = cls()
         if values.get("batch") is not None:
             cfg.batch = parse_batch(values["batch"])

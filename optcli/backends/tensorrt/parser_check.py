@@ -116,7 +116,8 @@ def parse_issues(trt: Any, path: Path, rounds: int = MAX_ROUNDS) -> list[dict[st
             refused = sorted({i.node for i in failure.issues if 0 <= i.node < len(origin)})
             for i in failure.issues:
                 where = origin[i.node] if 0 <= i.node < len(origin) else -1
-                issues.append({"node": where, "node_name": i.node_name, "op": i.op, "message": clean_message(i.message)})
+                issues.append({"node": where, "node_name": i.node_name, "op": i.op,
+                               "message": clean_message(i.message)})
             if not refused or len(refused) < len(failure.issues):
                 return issues  # an error about the whole model: nothing to cut
             _cut(model, refused)

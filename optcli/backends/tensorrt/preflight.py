@@ -2,20 +2,29 @@
 
 Every rule cites where TensorRT documents it. The support matrix itself is data
 (optcli.backends.tensorrt.onnx_support, transcribed from onnx/onnx-tensorrt docs/operators.md); the rules
-here apply it node by node, with the element types ONNX shape inference gives each tensor:
+here apply it node by node, with the element types ONNX shape inference gives each tensor (rule: what is refused;
+source):
 
-| rule        | what is refused                                               | source |
-|-------------|---------------------------------------------------------------|--------|
-| opset       | a default-domain opset below 7 or above the installed major's newest (10.x: 20; 11.x, RTX: 25) | onnx-tensorrt ModelImporter (warns below 7); operators.md per release |
-| op          | an op marked N, an op the matrix does not list, a custom domain | operators.md; onnx-tensorrt ModelImporter "No importer registered for op" |
-| type        | an input type outside the op's "Supported Types" (this is how INT64 into a float-only op, or UINT8/INT8 into a compute op, is caught) | operators.md, per op |
-| dtype       | an element type TensorRT has no DataType for (INT16, UINT32, STRING, ...) | operators.md, line 7; pyFoundationalTypes.cpp DataType |
-| q/dq        | DequantizeLinear of a non INT8/FP8/INT4 input (onnxruntime's INT32 bias), a non-zero zero point, a UINT8 QuantizeLinear, a per-channel axis outside the input, a scale of rank > 1 without block_size | operators.md rows DequantizeLinear/QuantizeLinear; NVIDIA/TensorRT#4542 |
-| constant    | inputs documented "must be an initializer / constant" that are computed at run time | operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot) |
-| pooling     | MaxPool's Indices output, dilations other than 1, pooling that is not 1D/2D/3D, a window of 100000+ elements | operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured) |
-| attribute   | Resize with antialias = 1 | operators.md row Resize |
-| static      | EyeLike on an input with a dynamic dim                        | operators.md row EyeLike |
-| data-dependent | a graph output whose shape comes from input values (NonZero, NMS, a Slice/Pad/Reshape sized by a computed value, as the unpad rewrite does): TensorRT builds it, optcli's runner refuses it (no IOutputAllocator) | optcli/backends/tensorrt/runner.py `_set_shapes`; shape_flow.py |
+- opset: a default-domain opset below 7 or above the installed major's newest (10.x: 20; 11.x, RTX: 25);
+    source: onnx-tensorrt ModelImporter (warns below 7); operators.md per release
+- op: an op marked N, an op the matrix does not list, a custom domain;
+    source: operators.md; onnx-tensorrt ModelImporter "No importer registered for op"
+- type: an input type outside the op's "Supported Types" (this is how INT64 into a float-only op, or UINT8/INT8
+    into a compute op, is caught); source: operators.md, per op
+- dtype: an element type TensorRT has no DataType for (INT16, UINT32, STRING, ...);
+    source: operators.md, line 7; pyFoundationalTypes.cpp DataType
+- q/dq: DequantizeLinear of a non INT8/FP8/INT4 input (onnxruntime's INT32 bias), a non-zero zero point, a UINT8
+    QuantizeLinear, a per-channel axis outside the input, a scale of rank > 1 without block_size;
+    source: operators.md rows DequantizeLinear/QuantizeLinear; NVIDIA/TensorRT#4542
+- constant: inputs documented "must be an initializer / constant" that are computed at run time;
+    source: operators.md restrictions (CumSum, Pad, Reduce*, Slice, Squeeze, Unsqueeze, OneHot)
+- pooling: MaxPool's Indices output, dilations other than 1, pooling that is not 1D/2D/3D, a window of 100000+
+    elements; source: operators.md rows AveragePool, MaxPool, LpPool; addPoolingNd (measured)
+- attribute: Resize with antialias = 1; source: operators.md row Resize
+- static: EyeLike on an input with a dynamic dim; source: operators.md row EyeLike
+- data-dependent: a graph output whose shape comes from input values (NonZero, NMS, a Slice/Pad/Reshape sized by a
+    computed value, as the unpad rewrite does): TensorRT builds it, optcli's runner refuses it (no IOutputAllocator);
+    source: optcli/backends/tensorrt/runner.py `_set_shapes`; shape_flow.py
 """
 from __future__ import annotations
 
@@ -46,8 +55,8 @@ _ONNX_TYPE = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5:
 # Squeeze/Unsqueeze axes computed at run time import since 10.7 (onnx-tensorrt changelog "dynamic axes
 # support for Squeeze and Unsqueeze"; TensorRT-RTX 1.7.1 parsed them here): no longer listed.
 _CONSTANT_INPUTS = {"CumSum": (1, "axis"), "Pad": (3, "axes"), "Slice": (3, "axes"), "OneHot": (1, "depth"),
-                    **{op: (1, "axes") for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
-                                                  "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+                    **{op: (1, "axes") for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                                                  "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
                                                   "ReduceSumSquare")}}
 _POOLS = ("AveragePool", "MaxPool", "LpPool")
 # INetworkDefinition::addPoolingNd refuses a window of this many elements or more (316x316 built, 317x317 did
@@ -71,7 +80,8 @@ class Finding:
     source: str
 
     def describe(self) -> str:
-        where = "model" if self.node is None else f"node {self.node}" + (f" {self.node_name!r}" if self.node_name else "")
+        where = ("model" if self.node is None
+                 else f"node {self.node}" + (f" {self.node_name!r}" if self.node_name else ""))
         return f"{where} ({self.op or '-'}): {self.reason} [{self.rule}; {self.source}]"
 
     def to_json(self) -> dict[str, Any]:
@@ -140,7 +150,8 @@ def check_model(model: Any, toolkit: str | None = None, version: str | None = No
     for index, node in enumerate(model.graph.node):
         findings.extend(_check_node(index, node, graph, newer))
         if toolkit == "tensorrt-rtx" and node.op_type in RTX_REFUSED and node.domain in _DEFAULT_DOMAINS:
-            findings.append(_finding(index, node, "op", RTX_REFUSED[node.op_type], "TensorRT-RTX 1.7.1 parser, measured"))
+            findings.append(_finding(index, node, "op", RTX_REFUSED[node.op_type],
+                                     "TensorRT-RTX 1.7.1 parser, measured"))
     findings.extend(_data_dependent(model))
     findings.sort(key=lambda f: -1 if f.node is None else f.node)
     return [f for f in findings if rules is None or f.rule in rules]

@@ -105,7 +105,8 @@ def _interpret(facts: dict[str, Any]) -> TensorRTStatus:
         missing.append(f"{gpu} is compute capability {cc}; TensorRT {facts['tensorrt']} needs "
                        f"{'.'.join(map(str, MIN_COMPUTE_CAPABILITY))} or newer (Turing and later)")
     if facts.get("tensorrt") and facts.get("cuda_device") and not facts.get("builder"):
-        missing.append(f"TensorRT cannot create a builder on this GPU ({facts.get('builder_error', 'no reason given')})")
+        missing.append(f"TensorRT cannot create a builder on this GPU "
+                       f"({facts.get('builder_error', 'no reason given')})")
     return TensorRTStatus(usable=not missing, missing=tuple(missing), gpu=gpu,
                           compute_capability=facts.get("compute_capability"),
                           tensorrt_version=facts.get("tensorrt"), torch_cuda=facts.get("torch_cuda"),
@@ -126,8 +127,10 @@ def probe_subprocess(command: list[str] | None = None, timeout: float = PROBE_TI
         return TensorRTStatus(False, (f"the TensorRT probe could not start: {exc}",))
     line = next((ln[len(MARKER):] for ln in reversed(proc.stdout.splitlines()) if ln.startswith(MARKER)), None)
     if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else str(-proc.returncode)
-        return TensorRTStatus(False, (f"the TensorRT probe crashed ({name}): TensorRT or the GPU driver is not usable here",))
+        name = (signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals()
+                else str(-proc.returncode))
+        return TensorRTStatus(False, (f"the TensorRT probe crashed ({name}): "
+                                      "TensorRT or the GPU driver is not usable here",))
     if line is None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return TensorRTStatus(False, (f"the TensorRT probe failed (exit {proc.returncode}): {last}",))

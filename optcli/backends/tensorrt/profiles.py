@@ -129,7 +129,8 @@ def _explicit(spec: TensorSpec, pin: TensorSpec, dynamic: tuple[int, ...]) -> In
     assert pin.profile is not None
     mn, opt, mx = pin.profile
     if len(mn) != len(spec.shape):
-        raise UsageError(f"--input {spec.name}: profile rank {len(mn)} but the model's input has rank {len(spec.shape)}",
+        raise UsageError(f"--input {spec.name}: profile rank {len(mn)} "
+                         f"but the model's input has rank {len(spec.shape)}",
                          hint=f"the model expects shape {format_shape(spec.shape)}")
     for i, d in enumerate(spec.shape):
         if _is_fixed(d) and not mn[i] == opt[i] == mx[i] == d:

@@ -61,7 +61,8 @@ class TensorRTRunner(Runner):
                  detailed_nvtx: bool = False) -> None:
         del threads  # the pipeline passes CPU thread counts to every runner; an engine runs on the GPU
         if outputs not in ("numpy", "torch"):
-            raise UsageError(f"unknown outputs mode {outputs!r}", hint="use numpy (copied to the host) or torch (stay on the GPU)")
+            raise UsageError(f"unknown outputs mode {outputs!r}",
+                             hint="use numpy (copied to the host) or torch (stay on the GPU)")
         self.trt = require(self.toolkit.module, f"running {self.toolkit.label} engines")
         self.torch = torch = require("torch", "TensorRT device buffers (a CUDA build of torch)")
         if not torch.cuda.is_available():

@@ -74,7 +74,8 @@ def runtime_problem() -> str | None:
     if gpu is None:
         return "no RTX GPU here (nvidia-smi finds no NVIDIA GPU)"
     if "RTX" not in gpu.upper():
-        return f"no RTX GPU here ({gpu} is not an RTX-class GPU; TensorRT-RTX runs on GeForce RTX and RTX workstation cards)"
+        return (f"no RTX GPU here ({gpu} is not an RTX-class GPU; "
+                "TensorRT-RTX runs on GeForce RTX and RTX workstation cards)")
     return None
 
 

@@ -68,7 +68,8 @@ def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
             raise UsageError(f"{spec!r}: {factory!r} is not a function name", hint="write path/to/file.py:make_model")
     path = Path(path_text)
     if not path.exists():
-        raise UsageError(f"model not found: {path}", hint="check the path; optcli takes .onnx, .pt2, TorchScript or file.py:factory")
+        raise UsageError(f"model not found: {path}",
+                         hint="check the path; optcli takes .onnx, .pt2, TorchScript or file.py:factory")
     from optcli.hf_folder import is_model_folder
 
     if factory is None and is_model_folder(path):
@@ -116,7 +117,8 @@ def _torch_file_kind(path: Path, allow_pickle: bool) -> str:
         if any(n.endswith("data.pkl") for n in names):
             return _classify_pickle(path, allow_pickle)
         raise UsageError(f"{path} is a zip archive but not a TorchScript or torch.save file",
-                         hint="save TorchScript with torch.jit.save, or an exported program (.pt2) with torch.export.save")
+                         hint="save TorchScript with torch.jit.save, "
+                              "or an exported program (.pt2) with torch.export.save")
     with open(path, "rb") as fh:
         head = fh.read(2)
     if head in _PICKLE_MAGIC:
@@ -175,7 +177,8 @@ def _load_torch(torch: Any, source: ModelSource, pinned: list[TensorSpec], task:
             module = torch.load(source.path, map_location="cpu", weights_only=False)
         except Exception as exc:
             raise UsageError(f"{source.path} could not be unpickled: {str(exc).splitlines()[0][:200]}",
-                             hint="the module's class must be importable (run from its project, or set PYTHONPATH)") from None
+                             hint="the module's class must be importable "
+                                  "(run from its project, or set PYTHONPATH)") from None
         finally:
             sys.path.remove(str(Path.cwd()))
         if not pinned:
@@ -323,7 +326,8 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     except BaseException as exc:  # its SystemExit must not decide the exit code
         if not isinstance(exc, Exception) and not foreign_exit(exc):
             raise
-        raise UsageError(f"importing {source.path} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+        raise UsageError(f"importing {source.path} failed: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="run the file with python to see the error (or use --debug)") from None
     finally:
         sys.path.pop(0)
@@ -336,7 +340,8 @@ def _load_python(torch: Any, source: ModelSource, pinned: list[TensorSpec]) -> T
     except BaseException as exc:  # the user's code failed, not optcli (its SystemExit too)
         if not isinstance(exc, Exception) and not foreign_exit(exc):
             raise
-        raise UsageError(f"{source.spec} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+        raise UsageError(f"{source.spec} raised {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
                          hint="run the factory with python to see the error (or use --debug)") from exc
     example_inputs = None
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module):

@@ -176,7 +176,8 @@ def test_bench_with_batching(mlp_onnx: Path, tmp_path: Path) -> None:
     assert batched[0]["batches"]["options"]["max_queue_delay_microseconds"] == 2000
     assert batched[1]["batches"]["mean"] > 1  # 4 callers and a 2 ms delay: batches form
     assert batched[1]["latency_ms"]["settings"]["batching"]["max_batch_size"] == 8
-    table = run_cli("bench", str(mlp_onnx), "--concurrency", "2", "--batching", "on", "--batching-sessions", "2", *QUICK)
+    table = run_cli("bench", str(mlp_onnx), "--concurrency", "2", "--batching", "on", "--batching-sessions", "2",
+                    *QUICK)
     assert table.returncode == 0 and "batched (mean batch)" in table.stdout
     # A saved baseline with batched points still gates only the plain ones.
     optcli.bench(mlp_onnx, concurrency=[2], batching=True, save_baseline=tmp_path / "b.json", **QUICK_API)

@@ -28,7 +28,8 @@ for cmd in ("bench", "profile", "compare"):
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--latency-budget-ms", "--compare-baseline", "--max-regression", "--plot", "--variants", "--tolerance"):
+    for flag in ("--latency-budget-ms", "--compare-baseline", "--max-regression", "--plot", "--variants",
+                 "--tolerance"):
         assert flag in proc.stdout
 
 
