@@ -23,6 +23,11 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
+# Loggers whose records are data, not messages: torch's structured trace (TORCH_TRACE) writes compile
+# artifacts through its own handler; captured, they would pile up in memory and never reach the trace.
+_NOT_MESSAGES = frozenset({"torch.__trace"})
+
+
 @contextlib.contextmanager
 def captured_logs(*names: str) -> Iterator[list[logging.LogRecord]]:
     """Route the named loggers' records into a list instead of their handlers (unless OPTCLI_DEBUG=1)."""
@@ -35,7 +40,8 @@ def captured_logs(*names: str) -> Iterator[list[logging.LogRecord]]:
     # torch gives many sub-loggers handlers of their own (propagate off): route each of those too.
     loggers = [logging.getLogger(n) for n in names] + [
         lg for key, lg in logging.Logger.manager.loggerDict.items()
-        if isinstance(lg, logging.Logger) and lg.handlers and any(key.startswith(n + ".") for n in names)]
+        if isinstance(lg, logging.Logger) and lg.handlers and any(key.startswith(n + ".") for n in names)
+        and key not in _NOT_MESSAGES]
     for logger in loggers:
         saved.append((logger, logger.handlers[:], logger.propagate))
         logger.handlers = [capture]

@@ -50,3 +50,26 @@ def test_importing_torchao_while_loading_a_model_prints_nothing() -> None:
     done = _run(TORCHAO_IMPORT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True" and done.stderr.strip() == "", done.stderr
+
+
+TRACE_HANDLER = """
+import logging
+import torch._logging._internal  # noqa: F401  (gives torch.__trace its handler, as TORCH_TRACE does)
+from optcli.library_logs import captured_logs
+trace = logging.getLogger("torch.__trace")
+handler = logging.NullHandler()
+trace.addHandler(handler)
+with captured_logs("torch") as records:
+    kept = handler in trace.handlers
+    trace.debug("a structured-trace payload")
+    logging.getLogger("torch._dynamo").addHandler(logging.NullHandler())
+print(kept, len(records))
+"""
+
+
+def test_torchs_structured_trace_keeps_its_own_handler_while_torch_logs_are_captured() -> None:
+    """torch.__trace carries TORCH_TRACE's compile artifacts, not messages: captured, they would stay in
+    memory for the whole compile and never reach the trace file."""
+    done = _run(TRACE_HANDLER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "0"], done.stdout
