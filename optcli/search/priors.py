@@ -156,6 +156,12 @@ PRIORS: tuple[Prior, ...] = (
     # Without VNNI no INT8 win is assumed: build-cpu measures INT8 against FP32 and says where it is not faster.
     Prior("int8", FP32_BEST, 1.0, 0.5, "no evidence that INT8 beats FP32 on a CPU without VNNI (u8 x s8 pairs "
           "saturate in int16, 7-bit weights): measured in each run", int8_isa="plain", measured_on=AVX2),
+    Prior("int8", FP32_BEST, 1.0, 0.2, f"{_ISA}: MiniLM-shaped encoder, FP32 OpenVINO over NNCF transformer INT8 "
+          "0.91-0.96x, over onnxruntime dynamic INT8 1.13-1.18x: measured in each run", kind="encoder",
+          int8_isa="plain", measured_on=AVX2),
+    Prior("int8", FP32_BEST, 1.7, 0.2, f"{_ISA}: ResNet-50, the best FP32 at 1.96-2.29x NNCF INT8's latency and "
+          "1.68-1.72x onnxruntime u8/s8 Q/DQ's (7-bit weights), two exports", kind="conv", size="large",
+          int8_isa="plain", measured_on=AVX2),
 )
 
 
