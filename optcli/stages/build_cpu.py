@@ -30,6 +30,7 @@ from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.identity import data_identity
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
+from optcli.cpu.int8_vs_fp32 import Versus
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.cpu.route import decided_route
 from optcli.environment import cpu_name, package_version
@@ -197,7 +198,7 @@ class BuildCpuStage(Stage):
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
         if search.degraded:
             why = f"{why} ({search.degraded})"
-        versus = self._against_fp32(chosen, float_art, timing)
+        versus = self._against_fp32(chosen, float_art, ev, timing)
         if versus is not None and versus.note():
             why = f"{why}; {versus.note()}"
         if artifact.format != registry.ONNX and artifact.stage is not None:
@@ -233,8 +234,10 @@ class BuildCpuStage(Stage):
         accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
 
-    def _against_fp32(self, chosen: Candidate, float_art: Artifact | None, timing: dict[str, Any]) -> Any:
-        """The chosen INT8 against the FP32 reference graph, measured where the priors do not assume INT8 wins."""
+    def _against_fp32(self, chosen: Candidate, float_art: Artifact | None, ev: SampleSet,
+                      timing: dict[str, Any]) -> Versus | None:
+        """The chosen INT8 against the FP32 reference graph, measured where the priors do not assume INT8 wins
+        (on the search's inputs: evaluation samples where there are enough)."""
         from optcli.cpu import int8_vs_fp32
         from optcli.cpu.isa import detect
         from optcli.runtime.pool import session_options
@@ -245,7 +248,8 @@ class BuildCpuStage(Stage):
         if int8_vs_fp32.assumed_faster(Features(**timing["features"])):
             return None
         threads, batch = self.ctx.config.bench.threads, self.ctx.config.bench.batch
-        arrays = random_inputs(io_specs(graph_view(float_art.path))[0], batch, seed=1, int_high=self.ctx.int_high)
+        arrays = (ev.take(slice(0, batch)).arrays if len(ev) >= batch else
+                  random_inputs(io_specs(graph_view(float_art.path))[0], batch, seed=1, int_high=self.ctx.int_high))
         fp32 = self.ctx.runners.borrow(float_art.path, registry.ONNX,
                                        **session_options(registry.ONNX, threads, "all", {}))
         int8 = self._open(chosen, threads)
