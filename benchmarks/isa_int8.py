@@ -89,13 +89,19 @@ def resnet50(out: Path) -> tuple[Path, Callable[[int, int], dict[str, np.ndarray
     def data(n: int, seed: int) -> dict[str, np.ndarray]:
         return {"pixel_values": np.random.default_rng(seed).standard_normal((n, 3, 224, 224)).astype(np.float32)}
 
-    path = out / "resnet50.onnx"
-    if not path.exists():
+    path = out / f"resnet50{'-dynamo' if DYNAMO else ''}.onnx"
+    if not path.exists() and DYNAMO:  # as optcli's export stage does: batch 2 example, dynamic batch, opset 18
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        torch.onnx.export(Net().eval(), (torch.from_numpy(data(2, 99)["pixel_values"]),), str(path),
+                          input_names=["pixel_values"], output_names=["logits"], dynamo=True,
+                          dynamic_shapes={"pixel_values": {0: batch}})
+    elif not path.exists():
         torch.onnx.export(Net().eval(), (torch.from_numpy(data(1, 99)["pixel_values"]),), str(path),
                           input_names=["pixel_values"], output_names=["logits"], opset_version=17, dynamo=False)
     return path, data
 
 
+DYNAMO = False  # --exporter dynamo (ResNet-50 only)
 MODELS = {"minilm": (minilm, 48, 24, True), "resnet50": (resnet50, 24, 16, False)}
 
 
@@ -197,6 +203,7 @@ def bench(name: str, out: Path, rounds: int) -> list[dict[str, Any]]:
     build, n_calib, n_eval, encoder = MODELS[name]
     out.mkdir(parents=True, exist_ok=True)
     src, data = build(out)
+    name = src.stem
     calib, ev = data(n_calib, 1), data(n_eval, 2)
     ref_run = _ort(src)
     ref = np.concatenate([ref_run({k: v[i:i + 1] for k, v in ev.items()}) for i in range(n_eval)])
@@ -245,7 +252,11 @@ def main() -> None:
     ap.add_argument("--models", default="minilm,resnet50")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript",
+                    help="ResNet-50's exporter: dynamo is optcli's export stage's (opset 18, BatchNorm folded)")
     args = ap.parse_args()
+    global DYNAMO
+    DYNAMO = args.exporter == "dynamo"
     rows = [r for m in args.models.split(",") for r in bench(m, args.out, args.rounds)]
     text = markdown(rows)
     print(text)
