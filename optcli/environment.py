@@ -41,6 +41,13 @@ def gpu_name() -> str | None:
     return name
 
 
+def cpu_isa() -> dict[str, Any]:
+    """The CPU's capability set (optcli/cpu/isa.py): what INT8 recipes and the fast search's priors key on."""
+    from optcli.cpu.isa import detect
+
+    return detect().to_json()
+
+
 def environment() -> dict[str, Any]:
     ort = package_version("onnxruntime") or package_version("onnxruntime-gpu")
     return {
@@ -54,6 +61,7 @@ def environment() -> dict[str, Any]:
         "openvino": package_version("openvino"),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        "cpu_isa": cpu_isa(),
         "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "gpu": gpu_name(),
     }

@@ -176,6 +176,12 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
 
 
+def _isa(env: dict[str, Any]) -> str:
+    """`, AVX2 (no VNNI)`: the capability set's label, where the report has one (reports before it do not)."""
+    isa = env.get("cpu_isa")
+    return f", {isa['label']}" if isinstance(isa, dict) and isa.get("label") else ""
+
+
 def to_markdown(report: RunReport) -> str:
     from optcli.environment import busy_warning
 
@@ -185,7 +191,8 @@ def to_markdown(report: RunReport) -> str:
              f"- status: **{report.status}**" + (f" ({report.error['message']})" if report.error else ""),
              f"- target: {report.target}; optcli {report.optcli_version}; "
              f"torch {report.environment.get('torch')}; onnxruntime {report.environment.get('onnxruntime')}",
-             f"- cpu: {report.environment.get('cpu')} ({report.environment.get('cpu_count')} cores); "
+             f"- cpu: {report.environment.get('cpu')} ({report.environment.get('cpu_count')} cores"
+             f"{_isa(report.environment)}); "
              f"gpu: {report.environment.get('gpu') or 'none'}", ""]
     lines += markdown_table(STAGE_COLUMNS, stage_rows(report))
     lines.append("")

@@ -35,6 +35,7 @@ def candidate_key(inputs: dict[str, Any]) -> str:
 def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
     """Everything a recipe's build may depend on (ctx: optcli/backends/recipe.RecipeContext): the cache key."""
     from optcli.environment import package_version
+    from optcli.quantize.flavour import u8s8_saturates
     from optcli.stages.base import config_dict
 
     q = {k: v for k, v in config_dict(ctx.stage.config.quantize).items() if k not in ("calib", "eval")}
@@ -48,7 +49,9 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
         "first_float_onnx": "with the unpad rewrite (2026-11-24)",
         "nncf_calibration": "in batches of 8 rows by length (2026-11-27)",  # ir.CALIBRATION_BATCH
         "calib": ctx.calib.digest() if ctx.calib is not None else None, "eval": ctx.eval.digest(),
-        "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version)}
+        "tolerance": ctx.tolerance.to_json(), "cpu": cpu_name_and_versions(package_version),
+        # INT8 recipes follow the instruction set (7-bit weights without VNNI: optcli/cpu/isa.py)
+        "u8s8_saturates": u8s8_saturates()}
     if cand.recipe == "requantize-s8s8":  # its fallback runs only when no other OpenVINO INT8 passed
         inputs["others_passed"] = any(c.passed for c in ctx.candidates if c.backend == cand.backend
                                       and c.precision == "int8")

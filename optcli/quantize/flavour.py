@@ -7,9 +7,7 @@
 """
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
-from pathlib import Path
 
 from optcli.errors import UsageError
 from optcli.targets import tensorrt_family
@@ -71,16 +69,12 @@ def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
 def u8s8_saturates() -> bool:
     """Whether this CPU's u8 x s8 integer kernels saturate: x86 without VNNI multiplies with VPMADDUBSW,
     which sums two u8*s8 products into an int16 that overflows. ONNX Runtime's docs prescribe reduce_range
-    (7-bit weights) there. Measured on an AVX2-only AMD EPYC: the digits CNN's qdq-u8s8 graph gave mean
-    cosine 0.69 with ORT's integer kernels (0.9999 with optimizations off, i.e. the same Q/DQ in float),
-    and 0.9996 with 7-bit weights."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split())
-    except OSError:
-        return False  # unknown: keep 8 bits; the accuracy gate measures the result either way
-    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+    (7-bit weights) there, NNCF its overflow fix. Measured on an AVX2-only AMD EPYC: the digits CNN's
+    qdq-u8s8 graph gave mean cosine 0.69 with ORT's integer kernels (0.9999 with optimizations off, i.e.
+    the same Q/DQ in float), and 0.9996 with 7-bit weights. The CPU's capability set: optcli/cpu/isa.py."""
+    from optcli.cpu.isa import detect
+
+    return detect().u8s8_saturates
 
 
 def reduce_range(flavour: Flavour) -> bool:

@@ -6,6 +6,15 @@ A row says: for this precision (and model kind, size, INT8 instruction set where
 `key` ("backend:recipe") runs at `ratio` x the latency of the predicted winner (1.0), give or take
 `spread` (the share the evidence varied by). The most specific matching row applies; a candidate with
 no row gets UNKNOWN (wide: it is built and measured, as a thorough search would).
+
+Every row names the instruction set its evidence was measured on (`measured_on`): `vnni` for the
+tables of docs/benchmarks/cpu.md (machines with AVX-512 VNNI and BF16), `avx2` for this project's AMD
+EPYC without VNNI. A `vnni` row applied on a CPU without VNNI is less certain (spread doubled). The
+features' `int8_isa` comes from the CPU's capability set (optcli/cpu/isa.py).
+
+INT8 against FP32 (`FP32_BEST`, the fastest FP32 candidate, relative to the INT8 winner): on VNNI
+INT8 is predicted well ahead; on a CPU without it there is no such assumption (ratio 1.0, wide): build-cpu
+measures INT8 against FP32 there and says so where INT8 is not faster (optcli/cpu/int8_vs_fp32.py).
 """
 from __future__ import annotations
 
@@ -53,6 +62,7 @@ class Prior:
     size: str | None = None
     int8_isa: str | None = None
     less_accurate: bool = False
+    measured_on: str = "vnni"       # the instruction set of the evidence: vnni | avx2
 
     def matches(self, f: Features, key: str) -> bool:
         return (self.precision == f.precision and self.key == key
@@ -69,6 +79,9 @@ ORT_INPUT, OV_CONVERT, OV_CONVERT_INPUT = "onnxruntime:input", "openvino:convert
 NNCF, NNCF_TRANSFORMER, S8S8 = "openvino:nncf", "openvino:nncf-transformer", "openvino:requantize-s8s8"
 _CPU = "docs/benchmarks/cpu.md"
 _HERE = "docs/benchmarks/cpu.md, compile time (AVX2 EPYC, no VNNI)"
+_ISA = "docs/benchmarks/cpu.md, INT8 and the instruction set (AVX2 EPYC, no VNNI)"
+FP32_BEST = "fp32:best"   # the fastest FP32 candidate, predicted relative to the INT8 winner
+AVX2 = "avx2"
 
 PRIORS: tuple[Prior, ...] = (
     # FP32: OpenVINO's CPU plugin beat onnxruntime by 3-25% on every model but the smallest CNN.
@@ -93,13 +106,14 @@ PRIORS: tuple[Prior, ...] = (
     # on the pretrained MiniLM, a little less accurate; NNCF default and s8/s8 lose accuracy as with VNNI.
     Prior("int8", ORT_INPUT, 0.9, 0.10, f"{_HERE}: onnxruntime dynamic INT8 vs NNCF transformer: MiniLM 105.7 vs "
           "112.4 ms (a tie), cosine 0.9901 only after an 87 s fallback vs 0.9959; BERT-base 420 vs 502 ms, "
-          "cosine 0.99957 vs 0.99902 (random weights)", kind="encoder", int8_isa="plain", less_accurate=True),
+          "cosine 0.99957 vs 0.99902 (random weights)", kind="encoder", int8_isa="plain", less_accurate=True,
+          measured_on=AVX2),
     Prior("int8", NNCF_TRANSFORMER, 1.0, 0.05, f"{_HERE}: MiniLM 112.4 ms, the choice (cosine 0.9959); BERT-base "
-          "502 ms", kind="encoder", int8_isa="plain"),
+          "502 ms", kind="encoder", int8_isa="plain", measured_on=AVX2),
     Prior("int8", NNCF, 1.03, 0.05, f"{_HERE}: MiniLM 116.2 vs 112.4 ms, cosine 0.63; BERT-base 511 vs 502 ms",
-          kind="encoder", int8_isa="plain", less_accurate=True),
+          kind="encoder", int8_isa="plain", less_accurate=True, measured_on=AVX2),
     Prior("int8", S8S8, 1.07, 0.05, f"{_HERE}: MiniLM 119.9 vs 112.4 ms, cosine 0.83; BERT-base 533 vs 502 ms",
-          kind="encoder", int8_isa="plain", less_accurate=True),
+          kind="encoder", int8_isa="plain", less_accurate=True, measured_on=AVX2),
     # On small encoders per-call overhead dominates and onnxruntime's dynamic INT8 was the fastest (VNNI).
     Prior("int8", ORT_INPUT, 0.6, 0.2, f"{_CPU}: thorough search on tiny_bert (1.4 MB): onnxruntime dynamic INT8 0.280 "
           "ms vs NNCF 0.394 ms; the zoo's ALBERT (0.34 MB): 0.082 vs 0.186 ms", kind="encoder", size="small"),
@@ -117,13 +131,15 @@ PRIORS: tuple[Prior, ...] = (
     Prior("int8", S8S8, 1.5, 0.15, f"{_CPU}: digits_cnn, like NNCF's 1.16-1.7x", kind="conv", size="small"),
     # Without VNNI (7-bit u8s8 weights for onnxruntime), measured on this project's AVX2 machine.
     Prior("int8", ORT_INPUT, 1.0, 0.10, f"{_HERE}: digits_cnn onnxruntime Q/DQ 0.183-0.256 ms, the fastest "
-          "in two runs", kind="conv", size="small", int8_isa="plain"),
+          "in two runs", kind="conv", size="small", int8_isa="plain",
+          measured_on=AVX2),
     Prior("int8", OV_CONVERT_INPUT, 1.5, 0.15, f"{_HERE}: digits_cnn OpenVINO of the Q/DQ graph 1.41-1.76x "
-          "onnxruntime's", kind="conv", size="small", int8_isa="plain"),
+          "onnxruntime's", kind="conv", size="small", int8_isa="plain",
+          measured_on=AVX2),
     Prior("int8", NNCF, 1.5, 0.15, f"{_HERE}: digits_cnn NNCF 1.33-2.5x onnxruntime Q/DQ's", kind="conv", size="small",
-          int8_isa="plain"),
+          int8_isa="plain", measured_on=AVX2),
     Prior("int8", S8S8, 1.6, 0.15, f"{_HERE}: digits_cnn s8/s8 Q/DQ IR 1.57-2.4x onnxruntime Q/DQ's, cosine 0.9939 "
-          "vs 0.9995", kind="conv", size="small", int8_isa="plain", less_accurate=True),
+          "vs 0.9995", kind="conv", size="small", int8_isa="plain", less_accurate=True, measured_on=AVX2),
     Prior("int8", NNCF, 1.0, 0.05, f"{_CPU}: ResNet-50 NNCF default 12.1 ms, the choice", kind="conv", size="large"),
     Prior("int8", S8S8, 1.05, 0.15, f"{_CPU}: ResNet-50 s8/s8 Q/DQ 0.86x and 1.12x NNCF's latency in two runs",
           kind="conv", size="large"),
@@ -133,6 +149,19 @@ PRIORS: tuple[Prior, ...] = (
           kind="conv", size="large"),
     Prior("int8", ORT_INPUT, 3.0, 0.3, "docs ENVIRONMENT: ResNet-50 onnxruntime static INT8 1.5x eager vs NNCF 7.0x",
           kind="conv", size="large"),
+    # INT8 against FP32. With VNNI: NNCF INT8 7.0x and 7.6x PyTorch eager against FP32's 1.9x (ResNet-50) and
+    # 2.3x (BERT-base) on onnxruntime, 3.9x for OpenVINO BF16: FP32 predicted at ~2x the INT8 winner's latency.
+    Prior("int8", FP32_BEST, 2.0, 0.3, "docs ENVIRONMENT: ResNet-50 NNCF INT8 7.0x eager vs ORT FP32 1.9x and "
+          "OpenVINO BF16 3.9x; BERT-base 7.6x vs 2.3x", int8_isa="vnni"),
+    # Without VNNI no INT8 win is assumed: build-cpu measures INT8 against FP32 and says where it is not faster.
+    Prior("int8", FP32_BEST, 1.0, 0.5, "no evidence that INT8 beats FP32 on a CPU without VNNI (u8 x s8 pairs "
+          "saturate in int16, 7-bit weights): measured in each run", int8_isa="plain", measured_on=AVX2),
+    Prior("int8", FP32_BEST, 1.0, 0.2, f"{_ISA}: MiniLM-shaped encoder, FP32 OpenVINO over NNCF transformer INT8 "
+          "0.91-0.96x, over onnxruntime dynamic INT8 1.13-1.18x: measured in each run", kind="encoder",
+          int8_isa="plain", measured_on=AVX2),
+    Prior("int8", FP32_BEST, 1.7, 0.2, f"{_ISA}: ResNet-50, the best FP32 at 1.96-2.29x NNCF INT8's latency and "
+          "1.68-1.72x onnxruntime u8/s8 Q/DQ's (7-bit weights), two exports", kind="conv", size="large",
+          int8_isa="plain", measured_on=AVX2),
 )
 
 
@@ -143,8 +172,8 @@ def predict(features: Features, key: str) -> Prediction:
         return UNKNOWN
     best = max(rows, key=Prior.specificity)
     spread, evidence = best.spread, best.evidence
-    if features.precision == "int8" and features.int8_isa == "plain" and best.int8_isa is None:
-        # Rows without an instruction set were measured with VNNI: less certain on a CPU without it.
+    if features.precision == "int8" and features.int8_isa == "plain" and best.measured_on != AVX2:
+        # Rows measured with VNNI: less certain on a CPU without it.
         spread, evidence = round(spread * 2, 3), evidence + " (measured with VNNI)"
     return Prediction(best.ratio, spread, evidence, best.less_accurate)
 

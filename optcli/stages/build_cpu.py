@@ -30,6 +30,7 @@ from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.identity import data_identity
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
+from optcli.cpu.int8_vs_fp32 import Versus
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.cpu.route import decided_route
 from optcli.environment import cpu_name, package_version
@@ -197,6 +198,9 @@ class BuildCpuStage(Stage):
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
         if search.degraded:
             why = f"{why} ({search.degraded})"
+        versus = self._against_fp32(chosen, float_art, ev, timing)
+        if versus is not None and versus.note():
+            why = f"{why}; {versus.note()}"
         if artifact.format != registry.ONNX and artifact.stage is not None:
             why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
         out = self._place(chosen, artifact, workdir)
@@ -216,6 +220,8 @@ class BuildCpuStage(Stage):
             from optcli.calibration.split import cap_note
 
             details["calibration"] = cap_note(calib, self.ctx.config.quantize)
+        if versus is not None:  # where the priors do not assume INT8 beats FP32 (optcli/cpu/int8_vs_fp32.py)
+            details["int8_vs_fp32"] = versus.to_json()
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
         twins = self.ctx.facts.get("unpad_twins")
@@ -227,6 +233,32 @@ class BuildCpuStage(Stage):
         accuracy = dict(chosen.accuracy or {})
         accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
+
+    def _against_fp32(self, chosen: Candidate, float_art: Artifact | None, ev: SampleSet,
+                      timing: dict[str, Any]) -> Versus | None:
+        """The chosen INT8 against the FP32 reference graph, measured where the priors do not assume INT8 wins
+        (on the search's inputs: evaluation samples where there are enough)."""
+        from optcli.cpu import int8_vs_fp32
+        from optcli.cpu.isa import detect
+        from optcli.runtime.pool import session_options
+        from optcli.search.priors import Features
+
+        if chosen.precision != "int8" or not chosen.passed or float_art is None or "features" not in timing:
+            return None
+        if int8_vs_fp32.assumed_faster(Features(**timing["features"])):
+            return None
+        threads, batch = self.ctx.config.bench.threads, self.ctx.config.bench.batch
+        arrays = (ev.take(slice(0, batch)).arrays if len(ev) >= batch else
+                  random_inputs(io_specs(graph_view(float_art.path))[0], batch, seed=1, int_high=self.ctx.int_high))
+        fp32 = self.ctx.runners.borrow(float_art.path, registry.ONNX,
+                                       **session_options(registry.ONNX, threads, "all", {}))
+        int8 = self._open(chosen, threads)
+        try:
+            return int8_vs_fp32.measure(int8, fp32, arrays, (chosen.name, "FP32 ONNX on onnxruntime"), detect().label,
+                                        calls=self.options().calls_per_round)
+        finally:
+            self.ctx.runners.release(int8)
+            self.ctx.runners.release(fp32)
 
     def _reference(self, artifact: Artifact) -> tuple[Artifact | None, tuple]:
         """The FP32 ONNX (None where the run made no ONNX) and (calibration set, evaluation set, reference

@@ -76,6 +76,11 @@ def test_thorough_or_without_vnni_every_stage_runs(encoder: Path, data: tuple[Pa
     assert r.stage("quantize-int8").status in ("ok", "failed")
     route = r.stage("build-cpu").details.get("route", {})
     assert route.get("onnxruntime_route", "runs") == "runs"
+    # Without VNNI no INT8 win over FP32 is assumed: the chosen INT8 is measured against FP32 (issue 31)
+    versus = r.stage("build-cpu").details.get("int8_vs_fp32")
+    assert (versus is not None) is (how == "plain")
+    if versus:
+        assert versus["int8_p50"] > 0 and versus["fp32_p50"] > 0 and versus["int8_faster"] is ("note" not in versus)
 
 
 def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resort(

@@ -100,11 +100,14 @@ def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[s
 
 
 def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: bool, exclude_nodes: list[str],
-              exclude_ops: list[str], facts: dict[str, str], precision: str) -> tuple[Path, dict[str, Any]]:
+              exclude_ops: list[str], facts: dict[str, str], precision: str,
+              overflow_fix: str | None = None) -> tuple[Path, dict[str, Any]]:
     """NNCF post-training INT8 of the FP32 ONNX (as an IR) from the calibration samples, with NNCF's
     defaults except: every sample is used (subset_size), transformer encoders get
     model_type=TRANSFORMER (its SmoothQuant and placement; without it a pretrained sentence encoder
-    fell to cosine 0.63 here), and the user's exclusions become its ignored scope."""
+    fell to cosine 0.63 here), the user's exclusions become its ignored scope, and `overflow_fix`
+    (NNCF's OverflowFix value: enable | first_layer_only | disable; None: NNCF's default,
+    first_layer_only) where the CPU's u8 x s8 kernels saturate (optcli/cpu/isa.py)."""
     ov = require("openvino", "NNCF INT8 for OpenVINO")
     # NNCF imports torch where it is installed (its torch tensor functions at import, its backend check in
     # quantize: 0.9 s here) though an ov.Model never needs it; it does without it where it finds none.
@@ -121,6 +124,10 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     scope = _ignored_scope(nncf, exclude_nodes, exclude_ops)
     if scope is not None:
         kwargs["ignored_scope"] = scope
+    if overflow_fix is not None:
+        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+        kwargs["advanced_parameters"] = AdvancedQuantizationParameters(overflow_fix=OverflowFix(overflow_fix))
     # NNCF logs at INFO and draws progress bars on stdout/stderr; a library stays quiet.
     logging.getLogger("nncf").setLevel(logging.ERROR)
     sink = io.StringIO()
@@ -134,5 +141,6 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     ops = [op.get_type_name() for op in quantized.get_ordered_ops()]
     return xml, {"from": onnx_path.name, "seconds": round(time.perf_counter() - t0, 3), "nncf": nncf.__version__,
                  "model_type": "transformer" if transformer else "default", "calibration_samples": len(calib),
+                 "overflow_fix": overflow_fix or "first_layer_only (NNCF's default)",
                  "calibration_batch": batch, "weight_statistics_folded": folded,
                  "fake_quantize": ops.count("FakeQuantize"), "ignored_scope": bool(scope)}

@@ -1,4 +1,6 @@
-"""Recipe `nncf`: NNCF post-training INT8 of the FP32 ONNX as an IR, with NNCF's defaults."""
+"""Recipe `nncf`: NNCF post-training INT8 of the FP32 ONNX as an IR, with NNCF's defaults; on a CPU whose
+u8 x s8 kernels saturate (x86 without VNNI: optcli/cpu/isa.py) with NNCF's overflow fix on every
+Conv/MatMul weight (7-bit weights), NNCF's own advice for AVX2 when its first-layer default is not enough."""
 from __future__ import annotations
 
 from optcli.backends.openvino.recipes.sources import (
@@ -34,8 +36,17 @@ class NncfRecipe(CpuRecipe):
         named = named_float(quantize_source(ctx), ctx.workdir)
         xml, details = nncf_int8(named, ctx.folder, ctx.calib, transformer=self.transformer,
                                  exclude_nodes=excluded_nodes(ctx, named),
-                                 exclude_ops=ctx.stage.config.quantize.exclude_ops, facts=ctx.records, precision=hint)
+                                 exclude_ops=ctx.stage.config.quantize.exclude_ops, facts=ctx.records, precision=hint,
+                                 overflow_fix=overflow_fix())
         return ir_built(xml, details, hint)
 
 
+def overflow_fix() -> str | None:
+    """NNCF's overflow_fix for this CPU: `enable` where u8 x s8 saturates, else NNCF's default (None)."""
+    from optcli.quantize.flavour import u8s8_saturates
+
+    return OVERFLOW_SAFE if u8s8_saturates() else None
+
+
+OVERFLOW_SAFE = "enable"
 RECIPE = NncfRecipe()
