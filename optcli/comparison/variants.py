@@ -156,7 +156,8 @@ def build_variant(config: CompileConfig, variant: Variant, seed_from: Path | Non
     try:
         build.report = Pipeline(config, on_event=on_event).run()
         if build.report.status != "ok":
-            build.error = build.report.error or {"message": f"the build ended {build.report.status}"}
+            build.error = build.report.error.to_json() if build.report.error else \
+                {"message": f"the build ended {build.report.status}"}
     except OptcliError as exc:
         build.error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
     build.wall_seconds = round(time.perf_counter() - t0, 3)

@@ -22,6 +22,7 @@ from optcli.comparison.variants import Variant, VariantBuild, build_variant, var
 from optcli.config import model_stem
 from optcli.environment import environment
 from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
+from optcli.report import QuantizeInt8Details
 
 DEFAULT_TOLERANCE = {"cosine": 0.99}
 _ACC_KEYS = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy",
@@ -41,7 +42,7 @@ def _accuracy_of(stage: Any) -> dict[str, Any]:
 def _final_stage(build: VariantBuild) -> Any:
     """The stage record that made the final artifact (None when no stage changed the model)."""
     report = build.report
-    final = report.final["artifact"]
+    final = report.final.artifact if report.final is not None else None
     return next((s for s in reversed(report.stages) if s.status in ("ok", "cached") and s.artifact == final), None)
 
 
@@ -49,9 +50,9 @@ def _gate_failure(build: VariantBuild) -> Any:
     """The stage whose accuracy gate stopped the build, when its artifact was still written: compare
     measures it anyway, to show what the accuracy would cost."""
     report = build.report
-    if report is None or (report.error or {}).get("type") != "AccuracyError":
+    if report is None or report.error is None or report.error.type != "AccuracyError":
         return None
-    stage = report.stage(report.error.get("stage") or "")
+    stage = report.stage(report.error.stage or "")
     if stage is None or not stage.artifact or not stage.accuracy or not (Path(build.out) / stage.artifact).exists():
         return None
     return stage
@@ -88,13 +89,13 @@ def _variant_result(build: VariantBuild) -> VariantResult:
         res.accuracy, res.accuracy_source = _accuracy_of(gated), f"{gated.name} stage (gate failed)"
         res.notes.append(f"the {gated.name} stage's accuracy gate failed: {(build.error or {}).get('message')}")
     else:
-        res.artifact = str(Path(build.out) / build.report.final["artifact"])
+        res.artifact = str(Path(build.out) / build.report.final.artifact)
         stage = _final_stage(build)
         if stage is not None and stage.accuracy:
             res.accuracy, res.accuracy_source = _accuracy_of(stage), f"{stage.name} stage"
         elif stage is None:  # every stage skipped or off: the artifact is the FP32 model itself
             res.accuracy, res.accuracy_source = dict(IDENTICAL), "the input model itself"
-        if stage is not None and stage.details.get("quantized_nodes") == 0:
+        if stage is not None and isinstance(stage.details, QuantizeInt8Details) and stage.details.quantized_nodes == 0:
             res.notes.append(f"the {stage.name} stage kept every node in float to meet the tolerance: "
                              "nothing is quantized")
     resolved = resolve_artifact(res.artifact)
