@@ -264,9 +264,9 @@ def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, 
                          tolerance=tol, force=force, measure=InterleaveSettings(**measure), on_event=on_event)
     if check and result.recommended is None:
         if not result.measured():
-            first = result.variants[0].error or {}
-            exc: OptcliError = StageError(f"no variant could be built: {first.get('message', '?')}",
-                                          hint=first.get("hint") or "see compare.md for each variant's error")
+            first = result.variants[0].error or ErrorRecord(message="?")
+            exc: OptcliError = StageError(f"no variant could be built: {first.message}",
+                                          hint=first.hint or "see compare.md for each variant's error")
         else:
             exc = AccuracyError(f"no variant meets the tolerance ({result.reason})",
                                 hint="loosen --tolerance, add --calib data for int8, or exclude sensitive nodes")
