@@ -7,8 +7,11 @@ from optcli.report.details import (
     DETAILS,
     BuildCpuDetails,
     BuildTensorrtDetails,
+    DynamicSequence,
+    ExportAttempt,
     ExportDetails,
     FuseDetails,
+    FusionCounts,
     QuantizeFp16Details,
     QuantizeInt8Details,
     SimplifyDetails,
@@ -39,6 +42,7 @@ from optcli.report.run import SCHEMA_VERSION, RunRecord, StageRecord, StageRepor
 STATUSES = tuple(str(s) for s in STAGE_STATUSES)  # the stage statuses, as strings (before the enum)
 
 __all__ = [
+    "DynamicSequence", "ExportAttempt", "FusionCounts",
     "DETAILS", "DONE", "SCHEMA_VERSION", "STAGE_COLUMNS", "STAGE_STATUSES", "STATUSES", "AccuracyResult",
     "BuildCpuDetails", "BuildTensorrtDetails", "ConfigFileRecord", "EnvironmentInfo", "ErrorRecord",
     "ExportDetails", "FinalArtifact", "FuseDetails", "GateResult", "GraphStats", "InputRecord", "JSONObject",
