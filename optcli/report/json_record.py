@@ -81,7 +81,7 @@ class JsonRecord:
     (for code written when the report was dicts); new code reads the attributes."""
 
     extra: JSONObject = field(default_factory=dict, repr=False, compare=False, kw_only=True)
-    # keys the JSON carries that are computed from the fields (LatencyStats' throughput): not kept in `extra`
+    # keys the JSON carries that are computed from the fields (LatencyStats' throughput; docs list them)
     derived: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
@@ -104,7 +104,9 @@ class JsonRecord:
         """The record of a JSON object; nested records convert, keys not known go to `extra`."""
         kinds = cls._kinds()
         known = {k: v for k, v in data.items() if k in kinds}
-        extra = {k: v for k, v in data.items() if k not in kinds and k not in cls.derived}
+        # derived keys (LatencyStats' throughput) are kept as read too: computed again from rounded fields they
+        # could differ in the last digit, and a cached stage must report the figures it reported
+        extra = {k: v for k, v in data.items() if k not in kinds}
         return cls(**known, extra=extra)
 
     def to_json(self) -> JSONObject:
