@@ -2,13 +2,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optcli.config import CompileConfig
-from optcli.errors import OptcliError
+from optcli.errors import OptcliError, UsageError
 from optcli.pipeline import Event, Pipeline
-from optcli.report import RunReport
+from optcli.report import ErrorRecord, RunReport
 from optcli.tensor_spec import parse_input_spec
+
+if TYPE_CHECKING:
+    from optcli.batching import BatchedRunner
+    from optcli.benchmark.sweep import BenchResult
+    from optcli.comparison.result import CompareResult
+    from optcli.deploy import TritonExport, TritonOptions
+    from optcli.length_buckets import LengthBucketedRunner
+    from optcli.profiling.result import ProfileResult
+    from optcli.runtime.base import Runner
+    from optcli.serve.server import TritonServer
 
 
 def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
@@ -28,8 +38,7 @@ def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
         apply_options(config, options)
     report = Pipeline(config, on_event=on_event).run()
     if check and report.status != "ok":
-        err = report.error or {}
-        exc = _error_from_report(err)
+        exc = _error_from_report(report.error or ErrorRecord(message="the run failed"))
         exc.report = report  # type: ignore[attr-defined]
         raise exc
     return report
@@ -55,53 +64,63 @@ def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
             set_option(config, key, value)
 
 
-def _error_from_report(err: dict[str, Any]) -> OptcliError:
+def _error_from_report(err: ErrorRecord) -> OptcliError:
     import optcli.errors as errors
 
-    cls = getattr(errors, err.get("type", ""), None)
+    cls = getattr(errors, err.type, None)
     if not (isinstance(cls, type) and issubclass(cls, OptcliError)) or cls is errors.MissingDependencyError:
         cls = errors.StageError
-    exc = cls(err.get("message", "the run failed"), hint=err.get("hint"))
-    exc.exit_code = int(err.get("exit_code", exc.exit_code))  # e.g. 4 for a missing dependency
+    exc = cls(err.message or "the run failed", hint=err.hint)
+    exc.exit_code = int(err.exit_code)  # e.g. 4 for a missing dependency
     return exc
 
 
-def export_triton(source: str | Path | RunReport, repo: str | Path, *, name: str | None = None,
-                  version: int | None = None, force: bool = False, replace: bool = False,
-                  max_batch_size: int | None = None,
-                  dynamic_batching: bool | str | None = None, preferred_batch_sizes: list[int] | None = None,
-                  max_queue_delay_us: int | None = None, preserve_ordering: bool = False, instances: int = 1,
-                  kind: str | None = None, graph_level: str | None = None, intra_op_threads: int | None = None,
-                  backend: str | None = None,
-                  ort_tensorrt: bool = False, warmup: bool = True, inputs: list[str] | None = None) -> Any:
+def export_triton(source: str | Path | RunReport, repo: str | Path, options: TritonOptions | None = None, *,
+                  name: str | None = None, version: int | None = None, force: bool = False, replace: bool = False,
+                  **keywords: Any) -> TritonExport:
     """Write a ready Triton model repository entry (`<repo>/<name>/config.pbtxt`, `<version>/model.*`,
     README.md) for a run's report.json, an .onnx file or an .engine/.plan with its metadata.
 
-    `dynamic_batching` is True/False or the CLI's text (`preferred=8,16,32`); None turns it on when the
-    model batches. `inputs` are `NAME:SHAPE` pins that size warm-up and perf_analyzer shapes.
-    `backend="python"` writes a Python-backend model (model.py) that runs the artifact with optcli's runner.
-    Versions of a different model already under `name` are refused unless `replace` (which removes them).
-    Returns an optcli.deploy.TritonExport; raises UsageError (exit code 2) for impossible settings.
+    `options` is an optcli.deploy.TritonOptions (batching, instances, kind, backend, ...; docs/deploy.md).
+    Its fields may instead be given as keywords (`max_batch_size=32`), with `dynamic_batching` also as the
+    CLI's text (`"preferred=8,16,32"`) and `inputs` as `NAME:SHAPE` strings. Versions of a different model
+    already under `name` are refused unless `replace` (which removes them).
+    Returns a TritonExport; raises UsageError (exit code 2) for impossible settings.
     """
-    from optcli.deploy import TritonOptions, parse_dynamic_batching
     from optcli.deploy import export_triton as write_repository
 
     if isinstance(source, RunReport):
-        source = Path(source.config["out"]) / "report.json"
-    preferred = list(preferred_batch_sizes or [])
-    if isinstance(dynamic_batching, str):
-        dynamic_batching, parsed = parse_dynamic_batching(dynamic_batching)
-        preferred = preferred or parsed
-    options = TritonOptions(max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
-                            preferred_batch_sizes=preferred, max_queue_delay_us=max_queue_delay_us,
-                            preserve_ordering=preserve_ordering, instances=instances, kind=kind, backend=backend,
-                            graph_level=graph_level, intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt,
-                            warmup=warmup, inputs=[parse_input_spec(s) for s in inputs or []])
-    return write_repository(source, repo, options, name=name, version=version, force=force, replace=replace)
+        source = Path(str(source.config["out"])) / "report.json"
+    if options is not None and keywords:
+        raise UsageError(f"export_triton got both options and {sorted(keywords)[0]}=",
+                         hint="set every field on the TritonOptions")
+    opts = options if options is not None else triton_options(**keywords)
+    return write_repository(source, repo, opts, name=name, version=version, force=force, replace=replace)
+
+
+def triton_options(**keywords: Any) -> TritonOptions:
+    """TritonOptions from keywords: its field names; `dynamic_batching` may be the CLI's text
+    (`on`, `off`, `preferred=8,16,32`) and `inputs` `NAME:SHAPE` strings."""
+    import dataclasses
+
+    from optcli.deploy import TritonOptions, parse_dynamic_batching
+
+    known = {f.name for f in dataclasses.fields(TritonOptions)}
+    unknown = sorted(set(keywords) - known)
+    if unknown:
+        raise UsageError(f"unknown Triton option {unknown[0]!r}", hint=f"options: {', '.join(sorted(known))}")
+    values = dict(keywords)
+    if isinstance(values.get("dynamic_batching"), str):
+        values["dynamic_batching"], parsed = parse_dynamic_batching(values["dynamic_batching"])
+        values["preferred_batch_sizes"] = list(values.get("preferred_batch_sizes") or parsed)
+    if values.get("preferred_batch_sizes") is None:
+        values.pop("preferred_batch_sizes", None)
+    values["inputs"] = [parse_input_spec(s) if isinstance(s, str) else s for s in values.get("inputs") or []]
+    return TritonOptions(**values)
 
 
 def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
-         length_buckets: Any = None, **options: Any) -> Any:
+         length_buckets: Any = None, **options: Any) -> Runner | LengthBucketedRunner | BatchedRunner:
     """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
     .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
 
@@ -126,7 +145,8 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, b
         from optcli.length_buckets import bucket_options
 
         buckets = bucket_options(length_buckets)
-    runner = open_artifact(resolve_artifact(path), concurrency=concurrency, device=device, **options)
+    runner: Runner | LengthBucketedRunner = open_artifact(resolve_artifact(path), concurrency=concurrency,
+                                                          device=device, **options)
     if buckets is not None:
         from optcli.length_buckets import LengthBucketedRunner
 
@@ -140,7 +160,7 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, b
 
 def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int | list[int] = 1,
           baseline: str | Path | None = None, max_regression: str | float = "10%", regression_metric: str = "p50",
-          save_baseline: str | Path | None = None, check: bool = True, **settings: Any) -> Any:
+          save_baseline: str | Path | None = None, check: bool = True, **settings: Any) -> BenchResult:
     """Measure latency and throughput over batch x concurrency; returns a BenchResult (`to_json()`).
 
     `settings` are BenchSettings fields (warmup_runs, warmup_seconds, runs, min_seconds, max_seconds,
@@ -188,7 +208,7 @@ def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str
 
 def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: int = 10,
             optimization: str = "all", threads: int | None = None, inputs_dir: str | Path | None = None,
-            pins: list[str] | None = None) -> Any:
+            pins: list[str] | None = None) -> ProfileResult:
     """Per-layer time of an artifact with its backend's profiler (onnxruntime's for .onnx, TensorRT's layer
     profiler for .engine); returns a ProfileResult (`top(n)`, `by_op_type()`, `to_json()`)."""
     import inspect
@@ -211,14 +231,15 @@ def profile(artifact: str | Path, *, batch: int = 1, runs: int = 100, warmup: in
     settings = {"batch": batch, "runs": runs, "warmup": warmup, "optimization": optimization, "threads": threads,
                 "inputs_dir": Path(inputs_dir) if inputs_dir is not None else None, "pins": pins}
     accepted = inspect.signature(profiler).parameters
-    return profiler(resolved, **{k: v for k, v in settings.items() if k in accepted})
+    result: ProfileResult = profiler(resolved, **{k: v for k, v in settings.items() if k in accepted})
+    return result
 
 
 def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, define: list[str] | None = None,
             out: str | Path | None = None, inputs: list[str] | None = None, target: str = "auto",
             calib: str | Path | None = None, eval_dir: str | Path | None = None,
             tolerance: str | dict[str, float] | None = None, force: bool = False, check: bool = True,
-            on_event: Event | None = None, **measure: Any) -> Any:
+            on_event: Event | None = None, **measure: Any) -> CompareResult:
     """Build each variant through the pipeline, measure all in one interleaved run and recommend the
     fastest within `tolerance` (e.g. "cosine=0.99"); writes compare.json and compare.md into `out`.
 
@@ -243,9 +264,9 @@ def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, 
                          tolerance=tol, force=force, measure=InterleaveSettings(**measure), on_event=on_event)
     if check and result.recommended is None:
         if not result.measured():
-            first = result.variants[0].error or {}
-            exc: OptcliError = StageError(f"no variant could be built: {first.get('message', '?')}",
-                                          hint=first.get("hint") or "see compare.md for each variant's error")
+            first = result.variants[0].error or ErrorRecord(message="?")
+            exc: OptcliError = StageError(f"no variant could be built: {first.message}",
+                                          hint=first.hint or "see compare.md for each variant's error")
         else:
             exc = AccuracyError(f"no variant meets the tolerance ({result.reason})",
                                 hint="loosen --tolerance, add --calib data for int8, or exclude sensitive nodes")
@@ -254,7 +275,7 @@ def compare(model: str | Path, variants: str | list[str] = "fp32,fp16,int8", *, 
     return result
 
 
-def serve(artifact: str | Path, **options: Any) -> Any:
+def serve(artifact: str | Path, **options: Any) -> TritonServer:
     """Start a Triton Inference Server (the `serve` extra's bundled binary) serving `artifact` (a
     report.json or its folder, .onnx, OpenVINO .xml, .engine) through Triton's Python backend and
     optcli's runner, with Triton's dynamic batcher; returns the started TritonServer once the model

@@ -5,50 +5,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-
-@dataclass
-class LatencyStats:
-    """Per-call latency in milliseconds over `runs` timed calls at `batch`."""
-
-    p50: float
-    p90: float
-    p99: float
-    mean: float
-    min: float
-    max: float
-    std: float
-    runs: int
-    batch: int
-    runtime: str
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cv(self) -> float:
-        """Coefficient of variation (std / mean): above ~0.1 the machine was noisy."""
-        return self.std / self.mean if self.mean > 0 else 0.0
-
-    @property
-    def throughput(self) -> float:
-        """Samples per second at this batch, from the mean."""
-        return self.batch * 1000.0 / self.mean if self.mean > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("p50", "p90", "p99", "mean", "min", "max", "std"):
-            d[k] = round(d[k], 4)
-        d["throughput"] = round(self.throughput, 2)
-        d["cv"] = round(self.cv, 4)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> LatencyStats:
-        names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in names})
+from optcli.report.records import LatencyStats  # the report's record; measured here
 
 
 def stats_from_samples(samples_ms: list[float] | np.ndarray, batch: int, runtime: str,

@@ -21,7 +21,20 @@ from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.onnx_model import graph_view, io_specs
-from optcli.report import RunReport, StageReport
+from optcli.report import (
+    AccuracyResult,
+    ConfigFileRecord,
+    EnvironmentInfo,
+    ErrorRecord,
+    GateResult,
+    GraphStats,
+    LatencyPair,
+    ModelInfo,
+    RunReport,
+    StageReport,
+    Status,
+    details_from_json,
+)
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
 from optcli.stage_measure import Measurements
 from optcli.stages import Stage, StageContext, all_stages
@@ -133,13 +146,16 @@ class Pipeline:
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
         for stage in stages:  # what a stage's turn would refuse (a profile without a range) fails now
             stage.check_plan()
+        loaded_as = ctx.torch_model.loaded_as if ctx.torch_model else None
+        model = ModelInfo.from_json({"path": str(source.path), "spec": source.spec, "format": source.format,
+                                     "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs],
+                                     "loaded_as": loaded_as or None})
+        config_file = self.config.config_file_record()
         report = RunReport(
-            optcli_version=__version__,
-            model={"path": str(source.path), "spec": source.spec, "format": source.format,
-                   "sha256": sha256_file(source.path), "inputs": [s.to_json() for s in ctx.inputs],
-                   **({"loaded_as": ctx.torch_model.loaded_as} if ctx.torch_model and ctx.torch_model.loaded_as else {})},
-            target=target, environment=environment(), config=self.config.to_json(),
-            stages=[StageReport(s.name) for s in stages], config_file=self.config.config_file_record())
+            optcli_version=__version__, model=model, target=target,  # type: ignore[arg-type]
+            environment=EnvironmentInfo.from_json(environment()), config=self.config.to_json(),
+            stages=[StageReport(s.name) for s in stages],
+            config_file=ConfigFileRecord.from_json(config_file) if config_file else None)
         self._current: StageReport | None = None
         try:  # from the first write on: a SIGTERM during it must still end as `interrupted`
             report.write(self.out)
@@ -179,26 +195,26 @@ class Pipeline:
             report.write(self.out)
             self.emit("stage_end", record.to_json())
             if record.status == "failed":
-                report.status, report.error = "failed", record.details.get("error")
+                report.status, report.error = Status.FAILED, record.details.error
                 return
         self._current = None
         self.emit("phase", {"text": "measuring the final artifact"})
         report.final = self.measure.final(ctx, artifact)
-        report.status = "ok"
+        report.status = Status.OK
 
     def _record_end(self, report: RunReport, exc: BaseException) -> None:
         """Whatever ended the run, in one place: the report's error, status, and the stage it hit."""
         current = self._current
-        report.error = error_record(exc, current.name if current else None)
-        report.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        report.error = ErrorRecord.from_json(error_record(exc, current.name if current else None))
+        report.status = Status.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else Status.FAILED
         if current is not None:
             current.status = report.status
-            current.reason = report.error["message"]
+            current.reason = report.error.message
 
     def _finish(self, report: RunReport, t_start: float) -> None:
-        if report.status == "interrupted":
+        if report.status == Status.INTERRUPTED:
             reason = "the run was interrupted"
-        elif any(s.status == "failed" for s in report.stages):
+        elif any(s.status == Status.FAILED for s in report.stages):
             reason = "an earlier stage failed"
         else:
             reason = "the run failed before this stage"
@@ -210,7 +226,7 @@ class Pipeline:
                    stage_dir: Path, reference: dict[str, Any], later: list[Stage]) -> Artifact:
         reason = stage.skip_reason(artifact)
         if reason:
-            record.status, record.reason = "skipped", reason
+            record.status, record.reason = Status.SKIPPED, reason
             return artifact
         key = cache_key(stage, artifact)
         cached = None if self.config.force else load_record(stage_dir, key)
@@ -223,10 +239,12 @@ class Pipeline:
         try:
             with atomic_dir(stage_dir) as tmp:
                 result = stage.run(artifact, tmp)
-                record.details, record.seconds = result.details, round(time.perf_counter() - t0, 3)
+                record.details = details_from_json(stage.name, result.details)
+                record.seconds = round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
                 t_measure = time.perf_counter()
-                self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, result.accuracy,
+                accuracy = AccuracyResult.from_json(result.accuracy) if result.accuracy is not None else None
+                self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, accuracy,
                                           self._row_setting(stage, later, result.artifact))
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
                 rel = result.artifact.path.relative_to(tmp)
@@ -235,16 +253,16 @@ class Pipeline:
             failure = exc if isinstance(exc, StageError) else disk_full(exc)
             if failure is None:
                 raise
-            record.status, record.reason = "failed", failure.message
+            record.status, record.reason = Status.FAILED, failure.message
             record.seconds = round(time.perf_counter() - t0, 3)
-            record.details["error"] = error_record(failure, stage.name)
+            record.details.error = ErrorRecord.from_json(error_record(failure, stage.name))
             return artifact
         made = result.artifact  # the folder was renamed: point the artifact at its final place
         out = Artifact(stage_dir / rel, made.format, made.precision, stage.name, artifact.sha256, made.backend,
                        made.meta, made.sha256)
-        record.status, record.artifact = "ok", str((stage_dir / rel).relative_to(self.out))
+        record.status, record.artifact = Status.OK, str((stage_dir / rel).relative_to(self.out))
         if rejected:
-            record.details["cache_rejected"] = rejected
+            record.details.cache_rejected = rejected
         self._apply_gate(stage, record)
         return self._declined(record, artifact, out)
 
@@ -263,15 +281,16 @@ class Pipeline:
         fresh, rejected = recheck(self.measure, ctx, stage, artifact, out, reference, cached["accuracy"], setting)
         if rejected:
             return None, f"the cached stage was rebuilt: {rejected}"
-        record.status, record.seconds, record.details = "cached", cached["seconds"], cached["details"]
+        record.status, record.seconds = Status.CACHED, cached["seconds"]
+        record.details = details_from_json(stage.name, cached["details"])
         record.artifact = str((stage_dir / cached["artifact"]).relative_to(self.out))
-        record.graph = cached["graph"]
+        record.graph = GraphStats.from_json(cached["graph"])
         # the record's notes (a deferred gate, the reference's kind) with the figures measured now
-        accuracy = {**(cached["accuracy"] or {}), **(fresh or {})}
+        accuracy = AccuracyResult.from_json({**(cached["accuracy"] or {}), **(fresh or {})})
         if cached.get("bench_key") == self.measure.bench_key():
-            record.latency_ms, record.accuracy = cached["latency_ms"], accuracy
-            self.measure.remember(ctx, artifact, cached["latency_ms"].get("before"))
-            self.measure.remember(ctx, out, cached["latency_ms"].get("after"))
+            record.latency_ms, record.accuracy = LatencyPair.from_json(cached["latency_ms"]), accuracy
+            self.measure.remember(ctx, artifact, record.latency_ms.before)
+            self.measure.remember(ctx, out, record.latency_ms.after)
         else:
             self.measure.around_stage(ctx, stage, record, artifact, out, reference, accuracy, optimization=setting)
         record.measure_seconds = round(time.perf_counter() - t_measure, 3)
@@ -298,17 +317,17 @@ class Pipeline:
     def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:
         """A stage whose own analysis found it does not apply (details["skipped"]: the reason) is
         reported skipped, and the run goes on with its input; its folder stays as the cache entry."""
-        reason = record.details.get("skipped")
+        reason = record.details.skipped
         if not reason:
             return out
-        record.status, record.reason = "skipped", str(reason)
+        record.status, record.reason = Status.SKIPPED, str(reason)
         return before
 
     def _apply_gate(self, stage: Stage, record: StageReport) -> None:
         if record.accuracy is None:
             return
-        message = stage.gate(record.accuracy)
+        message = stage.gate(record.accuracy.to_json())
         if message:
-            record.details["gate"] = {"passed": False, "message": message}
+            record.details.gate = GateResult(passed=False, message=message)
             raise AccuracyError(f"{stage.name}: {message}",
                                 hint="loosen --tolerance, exclude nodes (--exclude / --exclude-op), or try another precision")

@@ -15,6 +15,7 @@ from typing import Any
 
 from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import write_text_atomic
+from optcli.report import StageRecord
 from optcli.safe_paths import contained
 from optcli.version import __version__
 
@@ -70,10 +71,11 @@ def cached_artifact(stage_dir: Path, record: dict[str, Any], stage: str, parent:
 
 
 def write_record(folder: Path, key: str, bench_key: str, relative: Path, artifact: Artifact,
-                 stage_report: Any) -> None:
+                 stage_report: StageRecord) -> None:
     """stage.json for `artifact` (at `relative` inside the stage folder) and the stage's report."""
     record = {"key": key, "bench_key": bench_key, "artifact": str(relative), "sha256": artifact.sha256,
               "format": artifact.format, "precision": artifact.precision, "backend": artifact.backend,
-              "meta": artifact.meta, "seconds": stage_report.seconds, "details": stage_report.details,
-              "graph": stage_report.graph, "latency_ms": stage_report.latency_ms, "accuracy": stage_report.accuracy}
+              "meta": artifact.meta, "seconds": stage_report.seconds, "details": stage_report.details.to_json(),
+              "graph": stage_report.graph.to_json(), "latency_ms": stage_report.latency_ms.to_json(),
+              "accuracy": stage_report.accuracy.to_json() if stage_report.accuracy is not None else None}
     write_text_atomic(folder / STAGE_RECORD, json.dumps(record, indent=2, default=str))

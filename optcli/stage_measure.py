@@ -13,7 +13,7 @@ from optcli.config import CompileConfig
 from optcli.errors import OptcliError, StageError, UsageError, model_error_line
 from optcli.latency import LatencyStats, stats_from_samples, time_calls
 from optcli.onnx_model import graph_summary
-from optcli.report import StageReport
+from optcli.report import AccuracyResult, FinalArtifact, GraphStats, LatencyPair, StageReport
 from optcli.runtime.pool import session_options
 from optcli.stages import Stage, StageContext
 from optcli.tensor_spec import format_shape, random_inputs
@@ -169,29 +169,30 @@ class Measurements:
         self._latency[key] = stats
         return stats
 
-    def remember(self, ctx: StageContext, artifact: Artifact, latency: dict[str, Any] | None) -> None:
+    def remember(self, ctx: StageContext, artifact: Artifact, latency: LatencyStats | None) -> None:
         """Reuse a cached stage's measurements for the same artifact later in this run."""
         if latency:
-            setting = latency.get("settings", {}).get("graph_optimization", "disabled")
-            self._latency[self._key(ctx, artifact, setting, full=False)] = LatencyStats.from_json(latency)
+            setting = latency.settings.get("graph_optimization", "disabled")
+            self._latency[self._key(ctx, artifact, setting, full=False)] = latency
 
     # -- around a stage, and at the end ------------------------------------------------------
     def around_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact, after: Artifact,
-                     reference: dict[str, Any], accuracy: dict[str, Any] | None = None,
+                     reference: dict[str, Any], accuracy: AccuracyResult | None = None,
                      optimization: str | None = None) -> None:
         """Graph statistics, latency before/after and accuracy into the stage's report, at `optimization`
         (default: the stage's measure_optimization)."""
         setting = optimization or stage.measure_optimization or "disabled"
+        graph: GraphStats = record.graph
         if before.format == ONNX:
             g = graph_summary(before.path)
-            record.graph["nodes_before"], record.graph["ops_before"] = g["nodes"], g["ops"]
+            graph.nodes_before, graph.ops_before = g["nodes"], g["ops"]
         if after.format == ONNX:
             g = graph_summary(after.path)
-            record.graph["nodes_after"], record.graph["ops_after"] = g["nodes"], g["ops"]
+            graph.nodes_after, graph.ops_after = g["nodes"], g["ops"]
         blocked = self.not_runnable(after)
         if blocked:  # built ahead of time for hardware this machine lacks: said, not failed
-            record.details["not_measured"] = blocked
-            record.latency_ms = {"before": None, "after": None}
+            record.details.not_measured = blocked
+            record.latency_ms = LatencyPair()
             record.accuracy = accuracy
             return
         # One session of the new artifact for its latency and its accuracy (a BERT-base session costs a
@@ -202,16 +203,16 @@ class Measurements:
             if accuracy is None and not self._is_torch_source(ctx, after):
                 shared = self.artifact_runner(ctx, after, setting)
             lat_after = self.latency(ctx, after, setting, full=stage.builds_deployable, runner=shared)
-            record.accuracy = accuracy if accuracy is not None else self.accuracy(ctx, after, reference, runner=shared)
+            record.accuracy = accuracy if accuracy is not None else \
+                AccuracyResult.from_json(self.accuracy(ctx, after, reference, runner=shared))
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
         finally:
             if shared is not None:
                 ctx.runners.release(shared)
-        record.latency_ms = {"before": lat_before.to_json() if lat_before else None,
-                             "after": lat_after.to_json() if lat_after else None}
+        record.latency_ms = LatencyPair(before=lat_before, after=lat_after)
 
-    def final(self, ctx: StageContext, artifact: Artifact) -> dict[str, Any]:
+    def final(self, ctx: StageContext, artifact: Artifact) -> FinalArtifact:
         """The artifact to ship, measured as it would be deployed (optimizations on), beside the baseline
         to beat: PyTorch eager, or the user's ONNX with onnxruntime's own optimizations."""
         deployed = self.latency(ctx, artifact, optimization="all", full=True)
@@ -222,10 +223,8 @@ class Measurements:
         except ValueError:
             pass
         blocked = self.not_runnable(artifact)
-        return {"artifact": str(rel), "format": artifact.format, "precision": artifact.precision,
-                **({"not_measured": blocked} if blocked else {}),
-                "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
-                "flavour": artifact.meta.get("flavour"),
-                "runner_options": artifact.meta.get("runner_options", {}),
-                "latency_ms": deployed.to_json() if deployed else None,
-                "reference_latency_ms": reference_latency.to_json() if reference_latency else None}
+        return FinalArtifact.from_json({
+            "artifact": str(rel), "format": artifact.format, "precision": artifact.precision, "not_measured": blocked,
+            "backend": artifact.backend, "sha256": artifact.sha256, "size_bytes": artifact.size_bytes,
+            "flavour": artifact.meta.get("flavour"), "runner_options": artifact.meta.get("runner_options", {}),
+            "latency_ms": deployed, "reference_latency_ms": reference_latency})

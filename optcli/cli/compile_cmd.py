@@ -233,11 +233,11 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
         console.print(line)
     console.print(f"report: {config.out_dir() / 'report.json'}")
     if report.error:
-        if report.error.get("traceback") and os.environ.get("OPTCLI_DEBUG") == "1":
-            click.echo(report.error["traceback"].rstrip(), err=True)
-        click.secho(f"error: {report.error['message']}", fg="red", err=True)
-        if report.error.get("hint"):
-            click.echo(f"hint: {report.error['hint']}", err=True)
+        if report.error.traceback and os.environ.get("OPTCLI_DEBUG") == "1":
+            click.echo(report.error.traceback.rstrip(), err=True)
+        click.secho(f"error: {report.error.message}", fg="red", err=True)
+        if report.error.hint:
+            click.echo(f"hint: {report.error.hint}", err=True)
     _export_triton(report, params)
     exit_with(report.exit_code)
 

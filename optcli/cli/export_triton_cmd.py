@@ -62,12 +62,12 @@ def export_triton_cmd(source: str, repo: Path, name: str | None, version: int | 
     the tritonserver and perf_analyzer commands."""
     from optcli import api
 
-    result = api.export_triton(source, repo, name=name, version=version, force=force, replace=replace,
-                               max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
-                               max_queue_delay_us=max_queue_delay_us, preserve_ordering=preserve_ordering,
-                               instances=instances, backend=backend, kind=kind, graph_level=graph_level,
-                               intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt, warmup=not no_warmup,
-                               inputs=list(inputs))
+    options = api.triton_options(max_batch_size=max_batch_size, dynamic_batching=dynamic_batching,
+                                 max_queue_delay_us=max_queue_delay_us, preserve_ordering=preserve_ordering,
+                                 instances=instances, backend=backend, kind=kind, graph_level=graph_level,
+                                 intra_op_threads=intra_op_threads, ort_tensorrt=ort_tensorrt, warmup=not no_warmup,
+                                 inputs=list(inputs))
+    result = api.export_triton(source, repo, options, name=name, version=version, force=force, replace=replace)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

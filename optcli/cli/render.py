@@ -7,7 +7,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from optcli.report import STAGE_COLUMNS, RunReport, stage_rows
+from optcli.report import (
+    DONE,
+    STAGE_COLUMNS,
+    BuildCpuDetails,
+    ExportDetails,
+    QuantizeInt8Details,
+    RunReport,
+    stage_rows,
+)
 
 _STATUS_STYLE = {"ok": "green", "cached": "cyan", "skipped": "yellow", "failed": "red bold",
                  "interrupted": "red", "not-run": "dim"}
@@ -53,7 +61,7 @@ SLOWER_THAN_BASELINE = 0.95
 
 
 def report_table(report: RunReport) -> Table:
-    table = Table(title=f"optcli: {report.model['path']} ({report.status})", title_justify="left")
+    table = Table(title=f"optcli: {report.model.path} ({report.status})", title_justify="left")
     for col in STAGE_COLUMNS:
         table.add_column(col, justify="right" if col not in ("stage", "status") else "left",
                          overflow="fold")
@@ -69,25 +77,26 @@ def report_table(report: RunReport) -> Table:
 
 def loaded_line(report: RunReport) -> str | None:
     """What optcli chose for a model folder: the class, the task and the example inputs."""
-    loaded = report.model.get("loaded_as") if isinstance(report.model, dict) else None
+    loaded = report.model.loaded_as
     if not loaded:
         return None
     inputs = ", ".join(f"{n}:{s}" for n, s in loaded.get("inputs", {}).items())
     export = report.stage("export")
-    seq = (export.details or {}).get("dynamic_sequence") if export is not None else None
+    seq = export.details.dynamic_sequence if export is not None and isinstance(export.details, ExportDetails) \
+        else None
     dynamic = "batch dynamic" if not seq else \
-        f"batch and sequence dynamic, sequence {seq.get('min')} to {seq.get('max') or 'any'}; a pin fixes it"
+        f"batch and sequence dynamic, sequence {seq.min} to {seq.max or 'any'}; a pin fixes it"
     return f"model: {loaded.get('architecture')} as {loaded.get('task')} (--task to change), inputs {inputs} " \
            f"({dynamic}; --input NAME:SHAPE to resize)"
 
 
-def search_lines(details: dict[str, Any]) -> list[str]:
+def search_lines(details: BuildCpuDetails) -> list[str]:
     """build-cpu's search: seconds per candidate (build, accuracy check, measurement), what it skipped."""
-    search = details.get("search")
+    search = details.search
     if not search:
         return []
     parts, skipped, late = [], [], []
-    for c in details.get("candidates", []):
+    for c in details.candidates:
         secs = (c.get("search") or {}).get("seconds") or {}
         reason = c.get("reason") or ""
         if secs:
@@ -112,23 +121,23 @@ def final_lines(report: RunReport) -> list[str]:
     if not f:
         return [loaded] if loaded else []
     lines = ([loaded] if loaded else []) + [
-        f"final: {f['artifact']} ({f['precision']}, {f['backend']}, {f['size_bytes'] / 1e6:.2f} MB)"]
-    dep, ref = f.get("latency_ms"), f.get("reference_latency_ms")
-    if f.get("not_measured"):
-        lines.append(f"  latency: not measured: {f['not_measured']}")
+        f"final: {f.artifact} ({f.precision}, {f.backend}, {f.size_bytes / 1e6:.2f} MB)"]
+    dep, ref = f.latency_ms, f.reference_latency_ms
+    if f.not_measured:
+        lines.append(f"  latency: not measured: {f.not_measured}")
     if dep:
-        lines.append(f"  p50 {dep['p50']:.3f} ms  p90 {dep['p90']:.3f} ms  p99 {dep['p99']:.3f} ms  "
-                     f"({dep['runtime']}, optimizations {dep['settings'].get('graph_optimization', '-')}, batch {dep['batch']})")
-    if dep and ref and ref["p50"] >= SLOWER_THAN_BASELINE * dep["p50"]:
-        lines.append(f"  {ref['p50'] / dep['p50']:.2f}x faster than {ref['runtime']} (p50 {ref['p50']:.3f} ms)")
+        lines.append(f"  p50 {dep.p50:.3f} ms  p90 {dep.p90:.3f} ms  p99 {dep.p99:.3f} ms  "
+                     f"({dep.runtime}, optimizations {dep.settings.get('graph_optimization', '-')}, batch {dep.batch})")
+    if dep and ref and ref.p50 >= SLOWER_THAN_BASELINE * dep.p50:
+        lines.append(f"  {ref.p50 / dep.p50:.2f}x faster than {ref.runtime} (p50 {ref.p50:.3f} ms)")
     elif dep and ref:
         # Said loudly, not as "0.85x faster": on small models INT8's own overhead can outweigh its gain
         # (the zoo's YOLOS and BERT classifier .onnx rows, 2026-11-25).
-        lines.append(f"[yellow]warning: the final artifact is {dep['p50'] / ref['p50']:.2f}x SLOWER than the "
-                     f"baseline, {ref['runtime']} (p50 {ref['p50']:.3f} ms), at batch {dep['batch']}: at this "
+        lines.append(f"[yellow]warning: the final artifact is {dep.p50 / ref.p50:.2f}x SLOWER than the "
+                     f"baseline, {ref.runtime} (p50 {ref.p50:.3f} ms), at batch {dep.batch}: at this "
                      "batch the baseline is the one to ship; measure at yours (optcli bench)[/]")
-    q = next((s for s in report.stages if s.name == "quantize-int8" and s.status in ("ok", "cached")), None)
-    fb = q.details.get("fallback") if q is not None else None
+    q = next((s for s in report.stages if isinstance(s.details, QuantizeInt8Details) and s.status in DONE), None)
+    fb = q.details.fallback if q is not None and isinstance(q.details, QuantizeInt8Details) else None
     if fb:
         kept = [u["module"] or u["node"] for u in fb["kept_in_float"]]
         names = ", ".join(kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
@@ -138,18 +147,19 @@ def final_lines(report: RunReport) -> list[str]:
                      f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} ({fb['stopped']})")
         if fb.get("warning"):
             lines.append(f"  warning: int8 fallback: {fb['warning']}")
-    capped = next((s.details["calibration"]["capped"] for s in report.stages if s.status in ("ok", "cached")
-                   and isinstance(s.details.get("calibration"), dict) and s.details["calibration"].get("capped")), None)
+    calibrations = [getattr(s.details, "calibration", None) for s in report.stages if s.status in DONE]
+    capped = next((c["capped"] for c in calibrations if isinstance(c, dict) and c.get("capped")), None)
     if capped:
         lines.append(f"  calibration: {capped['note']}")
-    built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
-    if built is not None and built.details.get("chosen"):
+    built = next((s.details for s in report.stages if isinstance(s.details, BuildCpuDetails) and s.status in DONE),
+                 None)
+    if built is not None and built.chosen:
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
-        lines.append(f"  build-cpu chose {built.details['chosen']}: {built.details.get('why', '')}")
-        lines += search_lines(built.details)
+        lines.append(f"  build-cpu chose {built.chosen}: {built.why}")
+        lines += search_lines(built)
     from optcli.environment import busy_warning
 
-    warning = busy_warning(report.environment)
+    warning = busy_warning(report.environment.to_json())
     if warning:
         lines.append(f"[yellow]warning: {warning}[/]")
     return lines

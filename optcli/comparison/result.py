@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optcli.report import markdown_table
+from optcli.report import AccuracyResult, ErrorRecord, JsonRecord, LatencyStats, markdown_table
 
 SCHEMA_VERSION = 1
 COLUMNS = ["variant", "precision", "p50 ms (b1)", "95% CI", "samples/s (b8)", "size MB", "cosine", "top-1 agree",
@@ -22,33 +22,33 @@ class VariantResult:
     size_bytes: int | None = None
     build_seconds: float | None = None        # summed stage time (as first built, also when cached now)
     wall_seconds: float | None = None         # this run's compile wall time (small when cached)
-    accuracy: dict[str, Any] | None = None
+    accuracy: AccuracyResult | None = None
     accuracy_source: str | None = None
-    latency_b1: dict[str, Any] | None = None
+    latency_b1: LatencyStats | None = None
     p50_ci_ms: tuple[float, float] | None = None
-    latency_b8: dict[str, Any] | None = None
+    latency_b8: LatencyStats | None = None
     p50_ci_b8_ms: tuple[float, float] | None = None
     meets_tolerance: bool | None = None
     verdict: str = ""
-    error: dict[str, Any] | None = None
+    error: ErrorRecord | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def p50_ms(self) -> float:
-        return self.latency_b1["p50"] if self.latency_b1 else float("inf")
+        return self.latency_b1.p50 if self.latency_b1 else float("inf")
 
     @property
     def throughput_b8(self) -> float:
-        return self.latency_b8["throughput"] if self.latency_b8 else 0.0
+        return self.latency_b8.throughput if self.latency_b8 else 0.0
 
     def accuracy_value(self) -> float | None:
         """Mean cosine against FP32 (the figure the tolerance gates on)."""
         if not self.accuracy:
             return None
-        return self.accuracy.get("cosine_mean", self.accuracy.get("cosine_min"))
+        return self.accuracy.cosine_mean if self.accuracy.cosine_mean is not None else self.accuracy.cosine_min
 
     def to_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
+        d = {k: v.to_json() if isinstance(v, JsonRecord) else v for k, v in self.__dict__.items()}
         d["p50_ci_ms"] = list(self.p50_ci_ms) if self.p50_ci_ms else None
         d["p50_ci_b8_ms"] = list(self.p50_ci_b8_ms) if self.p50_ci_b8_ms else None
         d["throughput_b8"] = round(self.throughput_b8, 2) if self.latency_b8 else None
@@ -84,9 +84,8 @@ class CompareResult:
         """The table both the terminal and compare.md show."""
         rows = []
         for v in self.variants:
-            acc = v.accuracy or {}
             cos = v.accuracy_value()
-            top1 = acc.get("top1_agreement")
+            top1 = v.accuracy.top1_agreement if v.accuracy else None
             rows.append([
                 v.name + (" *" if v.name == self.recommended else ""),
                 v.precision or v.precision_asked,

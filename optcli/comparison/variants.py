@@ -22,6 +22,7 @@ from typing import Any
 
 from optcli.config import PRECISIONS, SECTIONS, CompileConfig, UnknownOption, set_option
 from optcli.errors import UsageError
+from optcli.report import ErrorRecord
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # fullmatch: "$" would let "a\n" through
 
@@ -117,7 +118,7 @@ class VariantBuild:
     variant: Variant
     out: Path
     report: Any = None                # RunReport
-    error: dict[str, Any] | None = None
+    error: ErrorRecord | None = None
     wall_seconds: float = 0.0
 
     @property
@@ -158,8 +159,8 @@ def build_variant(config: CompileConfig, variant: Variant, seed_from: Path | Non
     try:
         build.report = Pipeline(config, on_event=on_event).run()
         if build.report.status != "ok":
-            build.error = build.report.error or {"message": f"the build ended {build.report.status}"}
+            build.error = build.report.error or ErrorRecord(message=f"the build ended {build.report.status}")
     except OptcliError as exc:
-        build.error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        build.error = ErrorRecord(type=type(exc).__name__, message=exc.message, hint=exc.hint, exit_code=exc.exit_code)
     build.wall_seconds = round(time.perf_counter() - t0, 3)
     return build

@@ -22,6 +22,7 @@ from optcli.comparison.variants import Variant, VariantBuild, build_variant, var
 from optcli.config import model_stem
 from optcli.environment import environment
 from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
+from optcli.report import AccuracyResult, ErrorRecord, QuantizeInt8Details, StageRecord
 
 DEFAULT_TOLERANCE = {"cosine": 0.99}
 _ACC_KEYS = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy",
@@ -34,14 +35,15 @@ def default_out(model: str) -> Path:
     return Path("optcli-out") / f"{model_stem(model)}-compare"
 
 
-def _accuracy_of(stage: Any) -> dict[str, Any]:
-    return {k: stage.accuracy[k] for k in _ACC_KEYS if k in stage.accuracy}
+def _accuracy_of(stage: StageRecord) -> AccuracyResult:
+    measured = stage.accuracy.to_json() if stage.accuracy is not None else {}
+    return AccuracyResult.from_json({k: measured[k] for k in _ACC_KEYS if k in measured})
 
 
 def _final_stage(build: VariantBuild) -> Any:
     """The stage record that made the final artifact (None when no stage changed the model)."""
     report = build.report
-    final = report.final["artifact"]
+    final = report.final.artifact if report.final is not None else None
     return next((s for s in reversed(report.stages) if s.status in ("ok", "cached") and s.artifact == final), None)
 
 
@@ -49,9 +51,9 @@ def _gate_failure(build: VariantBuild) -> Any:
     """The stage whose accuracy gate stopped the build, when its artifact was still written: compare
     measures it anyway, to show what the accuracy would cost."""
     report = build.report
-    if report is None or (report.error or {}).get("type") != "AccuracyError":
+    if report is None or report.error is None or report.error.type != "AccuracyError":
         return None
-    stage = report.stage(report.error.get("stage") or "")
+    stage = report.stage(report.error.stage or "")
     if stage is None or not stage.artifact or not stage.accuracy or not (Path(build.out) / stage.artifact).exists():
         return None
     return stage
@@ -78,23 +80,24 @@ def _variant_result(build: VariantBuild) -> VariantResult:
         res.build_seconds = round(sum(s.seconds or 0.0 for s in build.report.stages), 3)
     gated = None if build.ok else _gate_failure(build)
     if not build.ok and gated is None:
-        res.error = build.error or {}
-        res.verdict = f"build failed: {res.error.get('message', '?')}"
+        res.error = build.error or ErrorRecord(message="?")
+        res.verdict = f"build failed: {res.error.message}"
         return res
     if gated is not None:  # built, but its stage's own gate refused it: measured, never recommended
         res.status = "gate-failed"
         res.error = build.error
         res.artifact = str(Path(build.out) / gated.artifact)
         res.accuracy, res.accuracy_source = _accuracy_of(gated), f"{gated.name} stage (gate failed)"
-        res.notes.append(f"the {gated.name} stage's accuracy gate failed: {(build.error or {}).get('message')}")
+        why = build.error.message if build.error else None
+        res.notes.append(f"the {gated.name} stage's accuracy gate failed: {why}")
     else:
-        res.artifact = str(Path(build.out) / build.report.final["artifact"])
+        res.artifact = str(Path(build.out) / build.report.final.artifact)
         stage = _final_stage(build)
         if stage is not None and stage.accuracy:
             res.accuracy, res.accuracy_source = _accuracy_of(stage), f"{stage.name} stage"
         elif stage is None:  # every stage skipped or off: the artifact is the FP32 model itself
-            res.accuracy, res.accuracy_source = dict(IDENTICAL), "the input model itself"
-        if stage is not None and stage.details.get("quantized_nodes") == 0:
+            res.accuracy, res.accuracy_source = AccuracyResult.from_json(IDENTICAL), "the input model itself"
+        if stage is not None and isinstance(stage.details, QuantizeInt8Details) and stage.details.quantized_nodes == 0:
             res.notes.append(f"the {stage.name} stage kept every node in float to meet the tolerance: "
                              "nothing is quantized")
     resolved = resolve_artifact(res.artifact)
@@ -112,7 +115,8 @@ def _gate(res: VariantResult, tolerance: dict[str, float]) -> None:
     if res.accuracy is None:
         res.meets_tolerance, res.verdict = False, "no accuracy figure"
         return
-    message = check_tolerance(res.accuracy, tolerance.get("cosine"), tolerance.get("max_abs"), tolerance.get("top1"))
+    message = check_tolerance(res.accuracy.to_json(), tolerance.get("cosine"), tolerance.get("max_abs"),
+                              tolerance.get("top1"))
     res.meets_tolerance = message is None
     res.verdict = "within tolerance" if message is None else f"misses: {message}"
 
@@ -139,13 +143,14 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
         builds.append(build)
         status = "ok" if build.ok else ("gate-failed" if _gate_failure(build) is not None else "failed")
         emit("variant_end", {"name": v.name, "status": status, "seconds": build.wall_seconds,
-                             "error": (build.error or {}).get("message")})
+                             "error": build.error.message if build.error else None})
     results = [_variant_result(b) for b in builds]
     artifacts = {r.name: resolve_artifact(r.artifact) for r in results if r.artifact is not None}
     fp32 = next((r for r in results if r.status == "ok" and r.precision == "fp32"), None)
     for r in results:  # no stage recorded one: measure against the fp32 variant
         if r.artifact is not None and r.accuracy is None and fp32 is not None and r is not fp32:
-            r.accuracy, r.accuracy_source = _measured_accuracy(artifacts[r.name], artifacts[fp32.name]), "measured"
+            measured_now = _measured_accuracy(artifacts[r.name], artifacts[fp32.name])
+            r.accuracy, r.accuracy_source = AccuracyResult.from_json(measured_now), "measured"
     settings = measure or InterleaveSettings()
     measured = {}
     if artifacts:
@@ -156,8 +161,8 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
         m = measured.get(r.name)
         if m:
             b1, b8 = m[settings.batches[0]], m[settings.batches[-1]]
-            r.latency_b1, r.p50_ci_ms = b1.stats.to_json(), (round(b1.ci[0], 4), round(b1.ci[1], 4))
-            r.latency_b8, r.p50_ci_b8_ms = b8.stats.to_json(), (round(b8.ci[0], 4), round(b8.ci[1], 4))
+            r.latency_b1, r.p50_ci_ms = b1.stats, (round(b1.ci[0], 4), round(b1.ci[1], 4))
+            r.latency_b8, r.p50_ci_b8_ms = b8.stats, (round(b8.ci[0], 4), round(b8.ci[1], 4))
             runtime = runtime or b1.stats.runtime
         _gate(r, tol)
     measured_rows = [r for r in results if r.latency_b1 is not None]
@@ -167,7 +172,7 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
     result.recommended, result.reason = recommend(results)
     if result.recommended:
         result.variant(result.recommended).verdict = "recommended"
-    noisy = [r.name for r in measured_rows if r.latency_b1["cv"] > NOISY_CV]
+    noisy = [r.name for r in measured_rows if r.latency_b1 is not None and r.latency_b1.cv > NOISY_CV]
     if noisy:
         result.warnings.append(f"noisy measurements (latency CV above {NOISY_CV:.0%}: {', '.join(noisy)}); "
                                "compare the 95% CIs, not just the p50s")

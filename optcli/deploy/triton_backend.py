@@ -13,7 +13,7 @@ from optcli.tensor_spec import TensorSpec
 
 if TYPE_CHECKING:
     from optcli.backends.tensorrt.engine_metadata import Profile
-    from optcli.report import RunReport
+    from optcli.report import FinalArtifact, RunReport
 
 
 @dataclass
@@ -93,7 +93,7 @@ class TritonBackend:
         """Read the model file at `path` into what the config builder needs."""
         raise NotImplementedError
 
-    def from_report(self, model: ServedModel, report: RunReport, final: dict[str, Any]) -> None:
+    def from_report(self, model: ServedModel, report: RunReport, final: FinalArtifact) -> None:
         """Adjust `model` to what the run's report says (e.g. where it was built to run)."""
 
     def check(self, opts: TritonOptions, kind: str) -> None:

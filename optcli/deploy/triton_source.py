@@ -10,6 +10,7 @@ from typing import Any
 
 from optcli.deploy.triton_backend import ServedModel
 from optcli.errors import UsageError
+from optcli.report import InputRecord, LatencyStats, Precision
 
 __all__ = ["BACKEND_PYTHON", "ServedModel", "default_name", "resolve_source"]
 BACKEND_PYTHON = "python"        # optcli's runner in Triton's Python backend (optcli/deploy/triton_python.py)
@@ -63,7 +64,8 @@ def _from_report(path: Path) -> ServedModel:
 
     artifact = report.final_artifact(path, "rerun optcli compile until it succeeds, or pass an artifact file directly")
     final = report.final
-    fmt = final.get("format")
+    assert final is not None  # final_artifact refused a report without one
+    fmt = final.format
     backend = next((b for b in with_triton() if fmt in b.formats), None)
     if backend is None:
         served = [b.format for b in with_triton()]
@@ -73,26 +75,25 @@ def _from_report(path: Path) -> ServedModel:
     piece = load_object(backend.triton)
     model = piece.served(artifact)
     # Everything below is data from a file: only values of the expected types are used.
-    model.precision = final["precision"] if final.get("precision") in ("fp32", "fp16", "bf16", "int8") \
-        else model.precision
-    model_info = report.model  # RunReport.load made it a dict; its values are still unchecked data
-    if isinstance(model_info.get("path"), str) and model_info["path"]:
-        model.default_name = Path(model_info["path"]).stem
+    model.precision = str(final.precision) if final.precision in tuple(Precision) else model.precision
+    model_info = report.model  # typed by RunReport.load, but its values are still unchecked data from a file
+    if isinstance(model_info.path, str) and model_info.path:
+        model.default_name = Path(model_info.path).stem
     piece.from_report(model, report, final)
     # The run's own input shapes: concrete ones (user pins) size the warm-up and perf_analyzer shapes.
-    inputs = model_info.get("inputs") if isinstance(model_info.get("inputs"), list) else []
+    inputs = model_info.inputs if isinstance(model_info.inputs, list) else []
     known = {s.name for s in model.inputs}
     for spec in inputs:
-        shape = spec.get("shape") if isinstance(spec, dict) else None
+        shape = spec.shape if isinstance(spec, InputRecord) else None
         if isinstance(shape, list) and shape and all(type(d) is int and d > 0 for d in shape) \
-                and spec.get("name") in known:
-            model.shape_hints.setdefault(spec["name"], tuple(shape))
+                and isinstance(spec, InputRecord) and spec.name in known:
+            model.shape_hints.setdefault(spec.name, tuple(shape))
     # Optimizers the run had to switch off to load the artifact (e.g. NCHWc for an fp16 graph).
-    latency = final.get("latency_ms") if isinstance(final.get("latency_ms"), dict) else {}
-    settings = latency.get("settings") if isinstance(latency.get("settings"), dict) else {}
+    latency = final.latency_ms
+    settings = latency.settings if isinstance(latency, LatencyStats) and isinstance(latency.settings, dict) else {}
     disabled = settings.get("disabled_optimizers")
     model.facts["disabled_optimizers"] = [str(o) for o in disabled] if isinstance(disabled, list) else []
-    model.source = f"{path} (final artifact {final['artifact']}, {model.precision})"
+    model.source = f"{path} (final artifact {final.artifact}, {model.precision})"
     return model
 
 

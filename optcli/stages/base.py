@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from optcli.artifact import Artifact
+from optcli.report.details import StageDetails
 
 if TYPE_CHECKING:
     from optcli.backends.torch.loader import ModelSource, TorchModel
@@ -57,7 +58,8 @@ class StageResult:
     input): the pipeline reports it skipped and goes on with the input."""
 
     artifact: Artifact
-    details: dict[str, Any] = field(default_factory=dict)
+    # the stage's record (optcli/report/details.py), or its JSON: the pipeline reads it as the stage's class
+    details: StageDetails | dict[str, Any] = field(default_factory=dict)
     # A stage that evaluates on real data (the quantize stages) reports that accuracy instead of
     # the pipeline's random-input check.
     accuracy: dict[str, Any] | None = None

@@ -32,6 +32,7 @@ from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
+from optcli.report import DynamicSequence, ExportAttempt, ExportDetails
 from optcli.sequence_axis import SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis, with_length
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.tensor_spec import random_inputs
@@ -165,11 +166,10 @@ class ExportStage(Stage):
                 continue
             # What the file holds: the exporters quietly pick another opset when they cannot convert.
             opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-            details = {"exporter": exporter, "opset": opset, "opset_requested": cfg.opset,
-                       "dynamic_batch": not cfg.static_batch,
-                       "dynamic_sequence": seq.to_json() if seq else None, "verify": verify, "attempts": attempts}
-            if attention:
-                details["attention"] = attention
+            sequence = DynamicSequence.from_json(seq.to_json()) if seq else None
+            details = ExportDetails(exporter=exporter, opset=opset, opset_requested=cfg.opset,
+                                    dynamic_batch=not cfg.static_batch, dynamic_sequence=sequence,
+                                    verify=verify, attention=attention or None, attempts=_attempts(attempts))
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                         meta={"external_data": external}), details)
         if broken is not None:
@@ -210,9 +210,9 @@ class ExportStage(Stage):
                 raise
             raise StageError(f"{message}; torch.export failed too: {last_line(exc)}",
                              hint="--debug prints the exporter's traceback") from last
-        details = {"onnx": message, "attempts": attempts,
-                   "without_onnx": f"saved the torch.export program: build-cpu builds only what needs no ONNX "
-                                   f"({', '.join(backends)})"}
+        details = ExportDetails(onnx=message, attempts=_attempts(attempts),
+                                without_onnx=f"saved the torch.export program: build-cpu builds only what needs no "
+                                             f"ONNX ({', '.join(backends)})")
         return StageResult(Artifact(out, "pt2", stage=self.name, parent=artifact.sha256), details)
 
     def _export_program(self, torch: Any) -> Any:
@@ -389,3 +389,7 @@ def _length_label(specs: list[Any], seq: SequenceAxis | None) -> str:
     if seq is None:
         return ""
     return "_seq" + "x".join(str(n) for n in example_lengths(specs, seq).values())
+
+
+def _attempts(attempts: list[dict[str, str]]) -> list[ExportAttempt]:
+    return [ExportAttempt.from_json(a) for a in attempts]

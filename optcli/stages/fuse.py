@@ -21,6 +21,7 @@ from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histogram
 from optcli.optional_imports import require
+from optcli.report import FuseDetails, FusionCounts
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
 
@@ -74,17 +75,17 @@ class FuseStage(Stage):
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         level = self.level()
         before = op_histogram(graph_view(artifact.path))
-        details: dict[str, Any] = {"level": level, "transformer_fusions": None}
+        details = FuseDetails(level=level)
         src = artifact.path
         if self.transformer_fusions(before):
             src = workdir / "transformer.onnx"
-            details["transformer_fusions"] = self._transformer_fusions(artifact.path, src)
+            details.transformer_fusions = self._transformer_fusions(artifact.path, src)
         out = workdir / "model.onnx"
         optimize_offline(src, out, level, hint="skip this stage with --no-fuse")
         if src != artifact.path:
             src.unlink()
         after = op_histogram(graph_view(out))
-        details["fusions"] = fusions_made(before, after)
+        details.fusions = FusionCounts.from_json(fusions_made(before, after))
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": "onnxruntime-extended" if level == "extended" else "onnx-standard"}),
                            details)

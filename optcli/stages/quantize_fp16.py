@@ -18,6 +18,7 @@ from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
+from optcli.report import QuantizeFp16Details
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
 
@@ -96,8 +97,8 @@ class QuantizeFp16Stage(Stage):
             if failure is None:
                 break
         acc["reference"] = "fp32-onnx"
-        details = {"attempts": attempts, "tolerance": tol.to_json(), "keep_io_types": True,
-                   "evaluation": {"samples": len(ev), "data": ev.source}, "runner_options": RUNNER_OPTIONS}
+        details = QuantizeFp16Details(attempts=attempts, tolerance=tol.to_json(), keep_io_types=True,
+                                      evaluation={"samples": len(ev), "data": ev.source}, runner_options=RUNNER_OPTIONS)
         if tensorrt_family(self.ctx.target):  # caught here, on any machine, not by the parser on a GPU
             require_clean(out, "the FP16 ONNX")
         return StageResult(Artifact(out, "onnx", precision="fp16", stage=self.name, parent=artifact.sha256,

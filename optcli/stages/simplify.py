@@ -12,6 +12,7 @@ from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
 from optcli.optional_imports import require, torch_if_own_process
+from optcli.report import SimplifyDetails
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
 
@@ -49,7 +50,8 @@ class SimplifyStage(Stage):
             out = workdir / "model.onnx"
             optimize_offline(artifact.path, out, "basic", hint="skip this stage with --no-simplify")
             return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256),
-                               {"tool": "onnxruntime basic-level optimizer (model over 1.8 GB: onnxsim holds one protobuf)"})
+                               SimplifyDetails(tool="onnxruntime basic-level optimizer "
+                                                    "(model over 1.8 GB: onnxsim holds one protobuf)"))
         # onnxsim 0.8's package init imports torch for a PPQ integration it then finds missing: 0.9 s of
         # its 1.1 s import where torch is not loaded (an ONNX input); it runs the same without it. On the
         # command line only: a program that imported optcli keeps onnxsim as it would load it itself.
@@ -75,7 +77,8 @@ class SimplifyStage(Stage):
         out = workdir / "model.onnx"
         external = save_onnx(simplified, out)
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
-                                    meta={"external_data": external}), {"tool": f"onnxsim {onnxsim.__version__}"})
+                                    meta={"external_data": external}),
+                           SimplifyDetails(tool=f"onnxsim {onnxsim.__version__}"))
 
 
 def _custom_domains(model: Any) -> set[str]:

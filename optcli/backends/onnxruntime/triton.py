@@ -12,7 +12,7 @@ from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptio
 from optcli.deploy.triton_config import TRITON_TYPES
 from optcli.deploy.triton_source import default_name
 from optcli.errors import UsageError
-from optcli.report import RunReport
+from optcli.report import FinalArtifact, RunReport
 
 PLATFORM = "onnxruntime_onnx"
 # The ONNX Runtime backend reads `optimization.graph.level` as -1 basic, 1 extended, 2 disabled, anything
@@ -111,8 +111,8 @@ class OnnxRuntimeTriton(TritonBackend):
     def served(self, path: Path) -> ServedModel:
         return _served(path)
 
-    def from_report(self, model: ServedModel, report: RunReport, final: dict[str, Any]) -> None:
-        on_gpu = report.target == "tensorrt" or final.get("backend") in ("tensorrt", "cuda")
+    def from_report(self, model: ServedModel, report: RunReport, final: FinalArtifact) -> None:
+        on_gpu = report.target == "tensorrt" or final.backend in ("tensorrt", "cuda")
         model.default_kind = "gpu" if on_gpu else "cpu"
 
     def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from optcli.comparison.result import VariantResult, pareto_set, recommend
 from optcli.comparison.variants import apply_variant, parse_variants
 from optcli.config import CompileConfig
 from optcli.errors import UsageError
+from optcli.report import AccuracyResult, LatencyStats
 
 
 def test_parse_precisions_and_defined_variants() -> None:
@@ -44,10 +45,11 @@ def test_apply_variant_sets_typed_fields() -> None:
 
 
 def _v(name: str, p50: float, b8: float, size: int, cos: float, ok: bool = True, ci: float = 0.01) -> VariantResult:
-    r = VariantResult(name, "fp32", "ok", size_bytes=size, accuracy={"cosine_mean": cos}, meets_tolerance=ok)
-    r.latency_b1 = {"p50": p50, "throughput": 1000 / p50}
+    r = VariantResult(name, "fp32", "ok", size_bytes=size, accuracy=AccuracyResult(cosine_mean=cos),
+                      meets_tolerance=ok)
+    r.latency_b1 = LatencyStats(p50=p50, mean=p50, batch=1)  # throughput 1000 / p50
     r.p50_ci_ms = (p50 - ci, p50 + ci)
-    r.latency_b8 = {"p50": b8, "throughput": 8000 / b8}
+    r.latency_b8 = LatencyStats(p50=b8, mean=b8, batch=8)  # throughput 8000 / b8
     r.p50_ci_b8_ms = (b8 - ci, b8 + ci)
     return r
 
