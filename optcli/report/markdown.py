@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optcli.report.json_record import JSONObject
 from optcli.report.records import LatencyStats
 from optcli.report.run import RunRecord
 

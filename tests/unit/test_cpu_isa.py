@@ -149,9 +149,12 @@ def test_the_report_says_in_one_line_where_int8_is_not_faster(int8_ms: float, fp
 
 def test_the_report_environment_records_the_capability_set() -> None:
     from optcli.environment import environment
-    from optcli.report import _isa
+    from optcli.report.markdown import _isa
+    from optcli.report.records import EnvironmentInfo
 
     with isa.use(AVX2):
         env = environment()
     assert env["cpu_isa"]["vnni"] is False and env["cpu_isa"]["int8"] == "plain"
-    assert _isa(env) == ", AVX2 (no VNNI)" and _isa({}) == ""
+    record = EnvironmentInfo.from_json(env)
+    assert _isa(record.cpu_isa) == ", AVX2 (no VNNI)" and _isa(None) == ""
+    assert "cpu_isa" not in EnvironmentInfo.from_json({}).to_json()  # older reports stay as they were
