@@ -9,10 +9,14 @@ its ones: with right padding the two agree; with any other layout the extent is 
 rewrite is never wrong about which positions hold tokens (it only saves nothing on left padding).
 
 A graph exported at a fixed S carries S in its constants: reshape targets (`[-1, 128, 12, 64]`),
-folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`).
-`despecialise` makes those follow L: an integer shape constant holding S (fed to Reshape, Expand,
-ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a
-broadcast-shaped data constant (dim 0 of 1, not a weight) with axes of size S is sliced to L on them.
+folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`), the
+token_type_ids buffer expanded to a shape assembled from constants (`Expand(buffer[:, :128],
+Where(Concat(batch, [128]) == -1, 1, ...))`), the stride of a flattened mask's index (`b * 128 + j`).
+`despecialise` makes those follow L: an integer constant holding S gets S replaced by L where it
+reaches a length slot (the shape of Reshape, Expand, ConstantOfShape, Tile, Pad, Split; Slice bounds,
+Range bounds, Gather indices) through integer shape arithmetic (Concat, Where, Equal, Mul, Add,
+Gather, Unsqueeze, Cast, ...: _SHAPE_ARITH); a broadcast-shaped data constant (dim 0 of 1, not a
+weight) with axes of size S is sliced to L on them.
 That is a value-based guess, so nothing here is trusted: optcli/unpad/verify.py runs the rewritten
 graph against the original on data and the stage refuses the rewrite when any output differs on a
 valid position (a hidden size equal to S, say, makes the guess wrong and the proof fail).
@@ -29,8 +33,16 @@ PREFIX = "optcli_unpad/"
 _WEIGHT_SLOTS = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2),
                  "LayerNormalization": (1, 2), "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2),
                  "SkipLayerNormalization": (2, 3, 4)}
-# Input slots that take a shape or a length: op -> input indices.
-_SHAPE_SLOTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (2,), "Range": (1,)}
+# Input slots that take a shape, a length or a position: op -> input indices.
+_SHAPE_SLOTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (1, 2), "Range": (0, 1, 2),
+                "Tile": (1,), "Pad": (1,), "Split": (1,), "Resize": (3,), "OneHot": (1,), "TopK": (1,),
+                "Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "ScatterElements": (1,)}
+# Integer arithmetic a shape or an index is computed with: a constant that reaches a slot above through
+# these ops (any input) is a length too.
+_SHAPE_ARITH = {"Concat", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
+                "Or", "Unsqueeze", "Squeeze", "Cast", "Gather", "Mul", "Add", "Sub", "Div", "Mod", "Neg", "Abs",
+                "Min", "Max", "Slice", "Reshape", "Identity", "Expand", "Tile", "ReduceProd", "ReduceSum",
+                "ReduceMax", "ReduceMin", "Flatten", "Transpose", "Range", "CumSum", "ConstantOfShape"}
 _INT_TYPES = (np.int32, np.int64)
 
 
@@ -158,19 +170,27 @@ def _consumers(model: Any) -> dict[str, list[tuple[Any, int]]]:
 
 
 def _shape_tensors(model: Any) -> set[str]:
-    """Tensors used as shapes or lengths: the shape slots' inputs, and what Concat assembles them from."""
+    """Tensors a shape, length or index is computed from: the slots' inputs, and back from them through
+    integer shape arithmetic (_SHAPE_ARITH) to the graph's inputs, Shape nodes and constants."""
     producer = {o: n for n in model.graph.node for o in n.output}
     stack = [n.input[i] for n in model.graph.node for i in _SHAPE_SLOTS.get(n.op_type, ()) if i < len(n.input)]
     found: set[str] = set()
     while stack:
         name = stack.pop()
-        if name in found:
+        if not name or name in found:
             continue
         found.add(name)
         p = producer.get(name)
-        if p is not None and p.op_type == "Concat":
+        if p is not None and p.op_type in _SHAPE_ARITH:
             stack.extend(p.input)
     return found
+
+
+def _length_uses(name: str, uses: list[tuple[Any, int]], shapes: set[str]) -> list[tuple[Any, int]]:
+    """The uses of constant `name` that take it as a length: a length slot, or shape arithmetic whose
+    result is a shape tensor."""
+    return [(n, i) for n, i in uses if i in _SHAPE_SLOTS.get(n.op_type, ())
+            or (n.op_type in _SHAPE_ARITH and any(o in shapes for o in n.output))]
 
 
 def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
@@ -188,8 +208,7 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
         slots = uses.get(name, [])
         value = numpy_helper.to_array(tensor) if dtype.type in _INT_TYPES and len(shape) <= 1 else None
         if value is not None and s in value.reshape(-1).tolist():
-            shape_uses = [(n, i) for n, i in slots if i in _SHAPE_SLOTS.get(n.op_type, ())
-                          or (n.op_type == "Concat" and n.output[0] in shapes)]
+            shape_uses = _length_uses(name, slots, shapes)
             if not shape_uses:
                 continue
             dyn = b.node("Cast", [length], to=helper.np_dtype_to_tensor_dtype(value.dtype))
