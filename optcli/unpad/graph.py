@@ -109,20 +109,20 @@ class _Builder:
         return out
 
 
-def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
-    """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch."""
+def _valid_length(b: _Builder, plan: Plan, runtime: bool) -> tuple[str, str]:
+    """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch. S is
+    the mask's length as given (`runtime`, or a symbolic length), else the fixed length as a constant."""
     from onnx import TensorProto
 
     def i64(value: int) -> str:
         return b.const(np.array(value, np.int64))
 
     mask = b.node("Cast", [plan.mask], "mask_i64", to=TensorProto.INT64)
-    if isinstance(plan.length, int):
+    if isinstance(plan.length, int) and not runtime:
         full = b.const(np.array(plan.length, np.int64), "padded_length")
         positions = b.const(np.arange(1, plan.length + 1, dtype=np.int64), "positions")
-    else:
-        shape = b.node("Shape", [plan.mask], "mask_shape", start=1, end=2)
-        full = b.node("Squeeze", [shape], "padded_length")
+    else:  # Shape's start/end attributes need opset 15: Gather works at every opset
+        full = b.node("Gather", [b.node("Shape", [plan.mask], "mask_shape"), i64(1)], "padded_length", axis=0)
         positions = b.node("Range", [i64(1), b.node("Add", [full, i64(1)]), i64(1)], "positions")
     valid = b.node("Cast", [b.node("Greater", [mask, i64(0)])], to=TensorProto.INT64)
     rows = _reduce_max(b, b.node("Mul", [valid, positions]), axis=1)   # each row's extent, 0 for no token
@@ -234,9 +234,14 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
 
 def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
     """Rewrite `model` in place: slice the sequence inputs to L, make the body follow L, and (with
-    `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed."""
+    `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed.
+
+    With `pad_outputs` a graph exported at a fixed S comes out taking any length up to S (its sequence
+    inputs' and outputs' dim is the symbol SEQUENCE_SYMBOL, S recorded as the example length): a caller
+    may send `1 x 14` unpadded, as sentence-transformers users do; the outputs then have that length."""
     b = _Builder(model)
-    length, full = _valid_length(b, plan)
+    runtime = pad_outputs and isinstance(plan.length, int)
+    length, full = _valid_length(b, plan, runtime)
     changed = despecialise(model, b, plan, length)
     uses = _consumers(model)
     zero, one = b.const(np.array([0], np.int64)), b.const(np.array([1], np.int64))
@@ -255,8 +260,29 @@ def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
 
     model.graph.node.extend(b.nodes)
     sort_topologically(model.graph)  # rewrite nodes may read Constant nodes of the body
+    if runtime:
+        _any_length_up_to_s(model, plan, int(plan.length))
     _forget_lengths(model)
-    return {"constants_changed": changed}
+    return {"constants_changed": changed, **({"takes_lengths_up_to": plan.length} if runtime else {})}
+
+
+SEQUENCE_SYMBOL = "sequence"  # optcli.sequence_axis's group name: its recorded length is the example's
+
+
+def _any_length_up_to_s(model: Any, plan: Plan, length: int) -> None:
+    """Declare dim 1 of the sequence inputs, and the sequence axes of the outputs, symbolic, and record S
+    as the model's example length (what the pipeline measures and calibrates at)."""
+    from optcli.sequence_axis import record_lengths
+
+    for vi in model.graph.input:
+        if vi.name in plan.sequence_inputs:
+            vi.type.tensor_type.shape.dim[1].dim_param = SEQUENCE_SYMBOL
+    for vi in model.graph.output:
+        dims = vi.type.tensor_type.shape.dim
+        for a in plan.seq_axes.get(vi.name, []):
+            if a < len(dims):
+                dims[a].dim_param = SEQUENCE_SYMBOL
+    record_lengths(model, {SEQUENCE_SYMBOL: length})
 
 
 def _forget_lengths(model: Any) -> None:
