@@ -2,8 +2,8 @@
 
 Families from reduced transformers configs (random weights, no hub), each wrapped the way a user
 exports it (inputs `input_ids` and `attention_mask`, plus `token_type_ids` where said), through three
-exporters (the dynamo exporter with a dynamic batch and a fixed length; the TorchScript exporter at a
-fixed length; the TorchScript exporter with a dynamic sequence axis) at an opset. `check(case, folder)`
+exporters (the dynamo exporter called plainly: every shape fixed, batch 1 x LENGTH; the TorchScript
+exporter at a fixed length, dynamic batch; the TorchScript exporter with a dynamic batch and sequence) at an opset. `check(case, folder)`
 exports one case and runs optcli on it the way `optcli compile model.onnx` does (simplify, fuse, unpad;
 no quantization, no benchmark), and runs the rewrite on the exporter's graph as build-cpu does for
 OpenVINO's candidates; each must apply and be proven (the stage's own proof: outputs equal the padded
@@ -82,6 +82,8 @@ class Outcome:
     twin_applied: bool          # the rewrite of the exporter's graph (build-cpu's OpenVINO candidates)
     twin_reason: str | None
     seconds: float
+    model: Path | None = None       # the export
+    artifact: Path | None = None    # the compile's final artifact
 
 
 def build(family: str) -> tuple[Any, dict[str, Any]]:
@@ -124,11 +126,16 @@ def export(case: Case, path: Path) -> None:
     out_axes = {0: "batch"} if pooled else {0: "batch", 1: "sequence"}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        if case.exporter == "dynamo":
-            batch = torch.export.Dim("batch", min=1, max=1024)
-            torch.onnx.export(module, (), str(path), kwargs=inputs, dynamo=True, opset_version=case.opset,
-                              input_names=names, output_names=["output"],
-                              dynamic_shapes={n: {0: batch} for n in names}, optimize=True, external_data=False)
+        if case.exporter == "dynamo":  # its plain call: every shape fixed at the example's (batch 1 x LENGTH)
+            def dynamo() -> None:
+                torch.onnx.export(module, (), str(path), kwargs={k: v[:1] for k, v in inputs.items()},
+                                  dynamo=True, opset_version=case.opset, input_names=names, output_names=["output"],
+                                  external_data=False)
+            try:
+                dynamo()
+            except Exception:  # T5's SDPA path does not decompose: eager attention, as users (and optcli) retry
+                module.m.set_attn_implementation("eager")
+                dynamo()
             return
         seq = case.exporter == "torchscript-dynamic"
         axes = {n: ({0: "batch", 1: "sequence"} if seq else {0: "batch"}) for n in names}
@@ -158,7 +165,8 @@ def check(case: Case, folder: Path) -> Outcome:
         applied = bool(stage.details.get("applied"))
         reason = None if applied else (stage.details.get("skipped") or stage.status)
     twin_reason = _twin(model, folder)
-    return Outcome(case, applied, reason, twin_reason is None, twin_reason, time.perf_counter() - start)
+    final = folder / "out" / report.final["artifact"] if report.final else None
+    return Outcome(case, applied, reason, twin_reason is None, twin_reason, time.perf_counter() - start, model, final)
 
 
 def _twin(model: Path, folder: Path) -> str | None:
