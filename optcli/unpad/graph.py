@@ -326,3 +326,43 @@ def _pad_outputs(model: Any, b: _Builder, plan: Plan, length: str, full: str) ->
         pads = b.node("Mul", [b.const(onehot, "pad_axes"), missing], "pad_amount")
         b.nodes.append(helper.make_node("Pad", [inner, pads], [out_name], name=f"{PREFIX}pad_{out_name}",
                                         mode="constant"))
+
+
+def failing_construct(model: Any, reason: str, length: int | str, changed: set[str]) -> str:
+    """`reason` (onnxruntime's, naming the node it failed at) with the construct behind it: the node's
+    op and the constants holding S it is computed from that the rewrite left at S (not in `changed`)."""
+    import re
+
+    found = re.search(r"Name:'([^']*)'", reason)
+    node = next((n for n in model.graph.node if found and found.group(1) and n.name == found.group(1)), None)
+    if node is None:
+        return reason
+    producer = {o: n for n in model.graph.node for o in n.output}
+    constants = _constants(model)
+    holding: list[str] = []
+    seen: set[str] = set()
+    stack = list(node.input)
+    while stack and len(seen) < 2000:
+        name = stack.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in constants:
+            if name in changed:
+                continue
+            shape, dtype, tensor = constants[name]
+            if isinstance(length, int) and (length in shape or (dtype.type in _INT_TYPES and len(shape) <= 1 and
+                                                                 length in _small_values(tensor))):
+                holding.append(f"{name} {list(shape)}")
+        elif name in producer:
+            stack.extend(producer[name].input)
+    what = (f"its inputs are computed from constant(s) holding S={length} that no rule re-expresses: "
+            f"{', '.join(sorted(holding)[:4])}" if holding else "no constant holding S feeds it: the length comes "
+            "from elsewhere (an input, a weight)")
+    return f"node {node.name!r} ({node.op_type}) does not run at a shorter length: {what}; {reason}"
+
+
+def _small_values(tensor: Any) -> list[int]:
+    from onnx import numpy_helper
+
+    return [int(v) for v in numpy_helper.to_array(tensor).reshape(-1)[:64]]

@@ -175,3 +175,29 @@ def test_every_shape_computed_from_a_constant_s_follows_the_runtime_length(name:
         ref, got = run(original, inputs), run(out, inputs)
         acc = compare_outputs(ref, got, ["hidden"], valid=sequence_mask(inputs))
         assert acc["max_abs_err"] < 1e-5, (name, lengths, acc)
+
+
+def test_a_shape_the_rewrite_cannot_follow_is_refused_naming_the_node_and_the_constant(tmp_path: Path) -> None:
+    """A length computed through an op outside the rule (Floor of a float S): the skip reason names the
+    node that fails at a shorter length, its op, and the constant holding S behind it."""
+    from optcli.onnx_model import int_bounds_onnx, io_specs
+    from optcli.unpad.apply import rewrite_and_prove
+    from optcli.unpad.verify import GraphRuns
+
+    def floor_of_float_length() -> tuple[list[Any], list[Any]]:
+        nodes = [*batch_dim(),
+                 helper.make_node("Cast", ["s_1d"], ["s_f"], to=TensorProto.FLOAT),
+                 helper.make_node("Floor", ["s_f"], ["s_floor"]),
+                 helper.make_node("Cast", ["s_floor"], ["s_back"], to=TensorProto.INT64),
+                 helper.make_node("Concat", ["batch1", "s_back", "h_1d"], ["target"], axis=0),
+                 helper.make_node("Expand", ["half", "target"], ["halves"]),
+                 helper.make_node("Add", ["tok", "halves"], ["x"], name="add_halves")]
+        return nodes, [const("h_1d", [H]), const("half", [0.5], np.float32)]
+
+    path = tmp_path / "floor.onnx"
+    save_onnx(encoder(floor_of_float_length), path)
+    with GraphRuns() as runs:
+        reason = rewrite_and_prove(path, tmp_path / "out.onnx", inputs=io_specs(load_onnx(path))[0],
+                                   int_high=int_bounds_onnx(path), bucket=BUCKET, runs=runs, details={})
+    assert reason is not None and reason.startswith("node 'add_halves' (Add) does not run at a shorter length"), reason
+    assert "s_1d [1]" in reason and f"S={S}" in reason, reason
