@@ -3,11 +3,12 @@
 Families from reduced transformers configs (random weights, no hub), each wrapped the way a user
 exports it (inputs `input_ids` and `attention_mask`, plus `token_type_ids` where said), through three
 exporters (the dynamo exporter called plainly: every shape fixed, batch 1 x LENGTH; the TorchScript
-exporter at a fixed length, dynamic batch; the TorchScript exporter with a dynamic batch and sequence) at an opset. `check(case, folder)`
-exports one case and runs optcli on it the way `optcli compile model.onnx` does (simplify, fuse, unpad;
-no quantization, no benchmark), and runs the rewrite on the exporter's graph as build-cpu does for
-OpenVINO's candidates; each must apply and be proven (the stage's own proof: outputs equal the padded
-model's on valid positions under onnxruntime), or the case reports the reason.
+exporter at a fixed length, dynamic batch; the TorchScript exporter with a dynamic batch and sequence)
+at an opset. `check(case, folder)` exports one case and runs optcli on it the way `optcli compile
+model.onnx` does (simplify, fuse, unpad; no quantization, no benchmark), and runs the rewrite on the
+exporter's graph as build-cpu does for OpenVINO's candidates; each must apply and be proven (the
+stage's own proof: outputs equal the padded model's on valid positions under onnxruntime), or the
+case reports the reason.
 
 Used by benchmarks/unpad_corpus.py (the table) and tests/integration/test_unpad_corpus.py.
 """
@@ -84,6 +85,7 @@ class Outcome:
     seconds: float
     model: Path | None = None       # the export
     artifact: Path | None = None    # the compile's final artifact
+    constants_changed: list[str] | None = None  # what the stage re-expressed in L (none on a dynamic axis)
 
 
 def build(family: str) -> tuple[Any, dict[str, Any]]:
@@ -166,7 +168,9 @@ def check(case: Case, folder: Path) -> Outcome:
         reason = None if applied else (stage.details.get("skipped") or stage.status)
     twin_reason = _twin(model, folder)
     final = folder / "out" / report.final["artifact"] if report.final else None
-    return Outcome(case, applied, reason, twin_reason is None, twin_reason, time.perf_counter() - start, model, final)
+    changed = stage.details.get("constants_changed") if stage is not None else None
+    return Outcome(case, applied, reason, twin_reason is None, twin_reason, time.perf_counter() - start, model, final,
+                   changed)
 
 
 def _twin(model: Path, folder: Path) -> str | None:
