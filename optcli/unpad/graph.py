@@ -15,8 +15,8 @@ Where(Concat(batch, [128]) == -1, 1, ...))`), the stride of a flattened mask's i
 `despecialise` makes those follow L: an integer constant holding S gets S replaced by L where it
 reaches a length slot (the shape of Reshape, Expand, ConstantOfShape, Tile, Pad, Split; Slice bounds,
 Range bounds, Gather indices) through integer shape arithmetic (Concat, Where, Equal, Mul, Add,
-Gather, Unsqueeze, Cast, ...: _SHAPE_ARITH); a broadcast-shaped data constant (dim 0 of 1, not a
-weight) with axes of size S is sliced to L on them.
+Gather, Unsqueeze, Cast, ...: _SHAPE_ARITH); a data constant (not a weight, not a table a Gather
+looks rows up in, unless its dim 0 is a broadcast 1) with axes of size S is sliced to L on them.
 That is a value-based guess, so nothing here is trusted: optcli/unpad/verify.py runs the rewritten
 graph against the original on data and the stage refuses the rewrite when any output differs on a
 valid position (a hidden size equal to S, say, makes the guess wrong and the proof fail).
@@ -219,10 +219,10 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
             for n, i in shape_uses:
                 n.input[i] = dyn
             changed.append(f"{name} {value.tolist()}")
-        elif len(shape) >= 2 and shape[0] == 1 and s in shape[1:]:
+        elif len(shape) >= 2 and s in shape and (shape[0] == 1 or _data_only(slots)):
             if any(i in _WEIGHT_SLOTS.get(n.op_type, ()) for n, i in slots) or not slots:
                 continue
-            axes = [a for a in range(1, len(shape)) if shape[a] == s]
+            axes = [a for a in range(len(shape)) if shape[a] == s]
             ends = b.node("Concat", [length] * len(axes), axis=0) if len(axes) > 1 else length
             sliced = b.node("Slice", [name, b.const(np.zeros(len(axes), np.int64)), ends,
                                       b.const(np.array(axes, np.int64))], "sliced_const")
@@ -230,6 +230,12 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
                 n.input[i] = sliced
             changed.append(f"{name} {list(shape)} sliced on axes {axes}")
     return changed
+
+
+def _data_only(uses: list[tuple[Any, int]]) -> bool:
+    """A constant without a broadcast batch dim (a folded relative-position index `[heads, S, S]`, a
+    causal mask `[S, S]`) is data, not a table, where nothing looks rows up in it (a Gather's data)."""
+    return not any(i == 0 and n.op_type in ("Gather", "GatherElements", "GatherND") for n, i in uses)
 
 
 def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:

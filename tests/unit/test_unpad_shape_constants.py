@@ -118,7 +118,16 @@ def flattened_index_stride() -> tuple[list[Any], list[Any]]:
                    const("scale", _rng.standard_normal((1, 1, H)) * 0.1, np.float32)]
 
 
+def folded_position_matrix() -> tuple[list[Any], list[Any]]:
+    """A position-by-position matrix folded to a constant without a batch dim (DeBERTa's relative
+    position index [heads, S, S] under a fully static dynamo export; a causal [S, S] mix here)."""
+    mix = np.tril(_rng.standard_normal((S, S))) * 0.1
+    nodes = [helper.make_node("MatMul", ["mix", "tok"], ["mixed"]), helper.make_node("Add", ["tok", "mixed"], ["x"])]
+    return nodes, [const("mix", mix, np.float32)]
+
+
 CONSTRUCTS: dict[str, Callable[[], tuple[list[Any], list[Any]]]] = {
+    "folded_position_matrix": folded_position_matrix,
     "token_type_buffer_expand_where": token_type_buffer, "slice_of_a_longer_buffer": sliced_long_buffer,
     "range_limit": range_positions, "constant_of_shape": constant_of_shape, "tile_repeats": tile_to_sequence,
     "reshape_from_gathered_shape_vector": gathered_shape_vector, "flattened_index_stride": flattened_index_stride}
