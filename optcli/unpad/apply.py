@@ -72,6 +72,8 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
             return None
         model = load_onnx(source)  # the rewrite changed it
         plan = find_plan(model, bucket)
+        if isinstance(plan, str):  # the same graph planned above: cannot happen, but typed
+            return plan
     axes = _probe_axes(model, plan, source, out, inputs, int_high, length, runs)
     if isinstance(axes, str):
         return axes

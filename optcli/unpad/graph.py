@@ -186,8 +186,8 @@ def _shape_tensors(model: Any) -> set[str]:
     return found
 
 
-def _length_uses(name: str, uses: list[tuple[Any, int]], shapes: set[str]) -> list[tuple[Any, int]]:
-    """The uses of constant `name` that take it as a length: a length slot, or shape arithmetic whose
+def _length_uses(uses: list[tuple[Any, int]], shapes: set[str]) -> list[tuple[Any, int]]:
+    """The uses of a constant that take it as a length: a length slot, or shape arithmetic whose
     result is a shape tensor."""
     return [(n, i) for n, i in uses if i in _SHAPE_SLOTS.get(n.op_type, ())
             or (n.op_type in _SHAPE_ARITH and any(o in shapes for o in n.output))]
@@ -208,7 +208,7 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
         slots = uses.get(name, [])
         value = numpy_helper.to_array(tensor) if dtype.type in _INT_TYPES and len(shape) <= 1 else None
         if value is not None and s in value.reshape(-1).tolist():
-            shape_uses = _length_uses(name, slots, shapes)
+            shape_uses = _length_uses(slots, shapes)
             if not shape_uses:
                 continue
             dyn = b.node("Cast", [length], to=helper.np_dtype_to_tensor_dtype(value.dtype))
