@@ -72,6 +72,8 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
             return None
         model = load_onnx(source)  # the rewrite changed it
         plan = find_plan(model, bucket)
+        if isinstance(plan, str):  # the same graph planned above: cannot happen, but typed
+            return plan
     axes = _probe_axes(model, plan, source, out, inputs, int_high, length, runs)
     if isinstance(axes, str):
         return axes
@@ -135,7 +137,7 @@ def _probe_axes(model: Any, plan: Any, source: Path, out: Path, inputs: list[Ten
     from optcli.unpad.verify import sequence_axes, synthetic_samples
 
     body = copy.deepcopy(model)
-    rewrite(body, plan, pad_outputs=False)
+    changed = {c.split(" ", 1)[0] for c in rewrite(body, plan, pad_outputs=False)["constants_changed"]}
     probe = out.parent / f"probe-{out.name}"
     save_onnx(body, probe)
     del body
@@ -144,6 +146,10 @@ def _probe_axes(model: Any, plan: Any, source: Path, out: Path, inputs: list[Ten
     axes = sequence_axes(source, probe, feeds, length, plan.bucket, runs)
     runs.forget(probe)
     probe.unlink()
+    if isinstance(axes, str):
+        from optcli.unpad.graph import failing_construct
+
+        return failing_construct(load_onnx(source), axes, plan.length, changed)
     return axes
 
 

@@ -9,10 +9,14 @@ its ones: with right padding the two agree; with any other layout the extent is 
 rewrite is never wrong about which positions hold tokens (it only saves nothing on left padding).
 
 A graph exported at a fixed S carries S in its constants: reshape targets (`[-1, 128, 12, 64]`),
-folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`).
-`despecialise` makes those follow L: an integer shape constant holding S (fed to Reshape, Expand,
-ConstantOfShape, Slice ends, Range; directly or through a Concat) gets S replaced by L; a
-broadcast-shaped data constant (dim 0 of 1, not a weight) with axes of size S is sliced to L on them.
+folded position ids or embeddings (`[1, 128, 768]`), folded mask helpers (`[1, 1, 128, 1]`), the
+token_type_ids buffer expanded to a shape assembled from constants (`Expand(buffer[:, :128],
+Where(Concat(batch, [128]) == -1, 1, ...))`), the stride of a flattened mask's index (`b * 128 + j`).
+`despecialise` makes those follow L: an integer constant holding S gets S replaced by L where it
+reaches a length slot (the shape of Reshape, Expand, ConstantOfShape, Tile, Pad, Split; Slice bounds,
+Range bounds, Gather indices) through integer shape arithmetic (Concat, Where, Equal, Mul, Add,
+Gather, Unsqueeze, Cast, ...: _SHAPE_ARITH); a data constant (not a weight, not a table a Gather
+looks rows up in, unless its dim 0 is a broadcast 1) with axes of size S is sliced to L on them.
 That is a value-based guess, so nothing here is trusted: optcli/unpad/verify.py runs the rewritten
 graph against the original on data and the stage refuses the rewrite when any output differs on a
 valid position (a hidden size equal to S, say, makes the guess wrong and the proof fail).
@@ -29,8 +33,16 @@ PREFIX = "optcli_unpad/"
 _WEIGHT_SLOTS = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2),
                  "LayerNormalization": (1, 2), "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2),
                  "SkipLayerNormalization": (2, 3, 4)}
-# Input slots that take a shape or a length: op -> input indices.
-_SHAPE_SLOTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (2,), "Range": (1,)}
+# Input slots that take a shape, a length or a position: op -> input indices.
+_SHAPE_SLOTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (1, 2), "Range": (0, 1, 2),
+                "Tile": (1,), "Pad": (1,), "Split": (1,), "Resize": (3,), "OneHot": (1,), "TopK": (1,),
+                "Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "ScatterElements": (1,)}
+# Integer arithmetic a shape or an index is computed with: a constant that reaches a slot above through
+# these ops (any input) is a length too.
+_SHAPE_ARITH = {"Concat", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
+                "Or", "Unsqueeze", "Squeeze", "Cast", "Gather", "Mul", "Add", "Sub", "Div", "Mod", "Neg", "Abs",
+                "Min", "Max", "Slice", "Reshape", "Identity", "Expand", "Tile", "ReduceProd", "ReduceSum",
+                "ReduceMax", "ReduceMin", "Flatten", "Transpose", "Range", "CumSum", "ConstantOfShape"}
 _INT_TYPES = (np.int32, np.int64)
 
 
@@ -97,20 +109,20 @@ class _Builder:
         return out
 
 
-def _valid_length(b: _Builder, plan: Plan) -> tuple[str, str]:
-    """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch."""
+def _valid_length(b: _Builder, plan: Plan, runtime: bool) -> tuple[str, str]:
+    """(L as a 1-D int64 [1], S as an int64 scalar): the bucketed extent of the mask over the batch. S is
+    the mask's length as given (`runtime`, or a symbolic length), else the fixed length as a constant."""
     from onnx import TensorProto
 
     def i64(value: int) -> str:
         return b.const(np.array(value, np.int64))
 
     mask = b.node("Cast", [plan.mask], "mask_i64", to=TensorProto.INT64)
-    if isinstance(plan.length, int):
+    if isinstance(plan.length, int) and not runtime:
         full = b.const(np.array(plan.length, np.int64), "padded_length")
         positions = b.const(np.arange(1, plan.length + 1, dtype=np.int64), "positions")
-    else:
-        shape = b.node("Shape", [plan.mask], "mask_shape", start=1, end=2)
-        full = b.node("Squeeze", [shape], "padded_length")
+    else:  # Shape's start/end attributes need opset 15: Gather works at every opset
+        full = b.node("Gather", [b.node("Shape", [plan.mask], "mask_shape"), i64(1)], "padded_length", axis=0)
         positions = b.node("Range", [i64(1), b.node("Add", [full, i64(1)]), i64(1)], "positions")
     valid = b.node("Cast", [b.node("Greater", [mask, i64(0)])], to=TensorProto.INT64)
     rows = _reduce_max(b, b.node("Mul", [valid, positions]), axis=1)   # each row's extent, 0 for no token
@@ -158,19 +170,27 @@ def _consumers(model: Any) -> dict[str, list[tuple[Any, int]]]:
 
 
 def _shape_tensors(model: Any) -> set[str]:
-    """Tensors used as shapes or lengths: the shape slots' inputs, and what Concat assembles them from."""
+    """Tensors a shape, length or index is computed from: the slots' inputs, and back from them through
+    integer shape arithmetic (_SHAPE_ARITH) to the graph's inputs, Shape nodes and constants."""
     producer = {o: n for n in model.graph.node for o in n.output}
     stack = [n.input[i] for n in model.graph.node for i in _SHAPE_SLOTS.get(n.op_type, ()) if i < len(n.input)]
     found: set[str] = set()
     while stack:
         name = stack.pop()
-        if name in found:
+        if not name or name in found:
             continue
         found.add(name)
         p = producer.get(name)
-        if p is not None and p.op_type == "Concat":
+        if p is not None and p.op_type in _SHAPE_ARITH:
             stack.extend(p.input)
     return found
+
+
+def _length_uses(uses: list[tuple[Any, int]], shapes: set[str]) -> list[tuple[Any, int]]:
+    """The uses of a constant that take it as a length: a length slot, or shape arithmetic whose
+    result is a shape tensor."""
+    return [(n, i) for n, i in uses if i in _SHAPE_SLOTS.get(n.op_type, ())
+            or (n.op_type in _SHAPE_ARITH and any(o in shapes for o in n.output))]
 
 
 def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
@@ -188,8 +208,7 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
         slots = uses.get(name, [])
         value = numpy_helper.to_array(tensor) if dtype.type in _INT_TYPES and len(shape) <= 1 else None
         if value is not None and s in value.reshape(-1).tolist():
-            shape_uses = [(n, i) for n, i in slots if i in _SHAPE_SLOTS.get(n.op_type, ())
-                          or (n.op_type == "Concat" and n.output[0] in shapes)]
+            shape_uses = _length_uses(slots, shapes)
             if not shape_uses:
                 continue
             dyn = b.node("Cast", [length], to=helper.np_dtype_to_tensor_dtype(value.dtype))
@@ -200,10 +219,10 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
             for n, i in shape_uses:
                 n.input[i] = dyn
             changed.append(f"{name} {value.tolist()}")
-        elif len(shape) >= 2 and shape[0] == 1 and s in shape[1:]:
+        elif len(shape) >= 2 and s in shape and (shape[0] == 1 or _data_only(slots)):
             if any(i in _WEIGHT_SLOTS.get(n.op_type, ()) for n, i in slots) or not slots:
                 continue
-            axes = [a for a in range(1, len(shape)) if shape[a] == s]
+            axes = [a for a in range(len(shape)) if shape[a] == s]
             ends = b.node("Concat", [length] * len(axes), axis=0) if len(axes) > 1 else length
             sliced = b.node("Slice", [name, b.const(np.zeros(len(axes), np.int64)), ends,
                                       b.const(np.array(axes, np.int64))], "sliced_const")
@@ -213,11 +232,22 @@ def despecialise(model: Any, b: _Builder, plan: Plan, length: str) -> list[str]:
     return changed
 
 
+def _data_only(uses: list[tuple[Any, int]]) -> bool:
+    """A constant without a broadcast batch dim (a folded relative-position index `[heads, S, S]`, a
+    causal mask `[S, S]`) is data, not a table, where nothing looks rows up in it (a Gather's data)."""
+    return not any(i == 0 and n.op_type in ("Gather", "GatherElements", "GatherND") for n, i in uses)
+
+
 def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
     """Rewrite `model` in place: slice the sequence inputs to L, make the body follow L, and (with
-    `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed."""
+    `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed.
+
+    With `pad_outputs` a graph exported at a fixed S comes out taking any length up to S (its sequence
+    inputs' and outputs' dim is the symbol SEQUENCE_SYMBOL, S recorded as the example length): a caller
+    may send `1 x 14` unpadded, as sentence-transformers users do; the outputs then have that length."""
     b = _Builder(model)
-    length, full = _valid_length(b, plan)
+    runtime = pad_outputs and isinstance(plan.length, int)
+    length, full = _valid_length(b, plan, runtime)
     changed = despecialise(model, b, plan, length)
     uses = _consumers(model)
     zero, one = b.const(np.array([0], np.int64)), b.const(np.array([1], np.int64))
@@ -236,8 +266,29 @@ def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
 
     model.graph.node.extend(b.nodes)
     sort_topologically(model.graph)  # rewrite nodes may read Constant nodes of the body
+    if runtime:
+        _any_length_up_to_s(model, plan, int(plan.length))
     _forget_lengths(model)
-    return {"constants_changed": changed}
+    return {"constants_changed": changed, **({"takes_lengths_up_to": plan.length} if runtime else {})}
+
+
+SEQUENCE_SYMBOL = "sequence"  # optcli.sequence_axis's group name: its recorded length is the example's
+
+
+def _any_length_up_to_s(model: Any, plan: Plan, length: int) -> None:
+    """Declare dim 1 of the sequence inputs, and the sequence axes of the outputs, symbolic, and record S
+    as the model's example length (what the pipeline measures and calibrates at)."""
+    from optcli.sequence_axis import record_lengths
+
+    for vi in model.graph.input:
+        if vi.name in plan.sequence_inputs:
+            vi.type.tensor_type.shape.dim[1].dim_param = SEQUENCE_SYMBOL
+    for vi in model.graph.output:
+        dims = vi.type.tensor_type.shape.dim
+        for a in plan.seq_axes.get(vi.name, []):
+            if a < len(dims):
+                dims[a].dim_param = SEQUENCE_SYMBOL
+    record_lengths(model, {SEQUENCE_SYMBOL: length})
 
 
 def _forget_lengths(model: Any) -> None:
@@ -281,3 +332,43 @@ def _pad_outputs(model: Any, b: _Builder, plan: Plan, length: str, full: str) ->
         pads = b.node("Mul", [b.const(onehot, "pad_axes"), missing], "pad_amount")
         b.nodes.append(helper.make_node("Pad", [inner, pads], [out_name], name=f"{PREFIX}pad_{out_name}",
                                         mode="constant"))
+
+
+def failing_construct(model: Any, reason: str, length: int | str, changed: set[str]) -> str:
+    """`reason` (onnxruntime's, naming the node it failed at) with the construct behind it: the node's
+    op and the constants holding S it is computed from that the rewrite left at S (not in `changed`)."""
+    import re
+
+    found = re.search(r"Name:'([^']*)'", reason)
+    node = next((n for n in model.graph.node if found and found.group(1) and n.name == found.group(1)), None)
+    if node is None:
+        return reason
+    producer = {o: n for n in model.graph.node for o in n.output}
+    constants = _constants(model)
+    holding: list[str] = []
+    seen: set[str] = set()
+    stack = list(node.input)
+    while stack and len(seen) < 2000:
+        name = stack.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in constants:
+            if name in changed:
+                continue
+            shape, dtype, tensor = constants[name]
+            if isinstance(length, int) and (length in shape or (dtype.type in _INT_TYPES and len(shape) <= 1 and
+                                                                 length in _small_values(tensor))):
+                holding.append(f"{name} {list(shape)}")
+        elif name in producer:
+            stack.extend(producer[name].input)
+    what = (f"its inputs are computed from constant(s) holding S={length} that no rule re-expresses: "
+            f"{', '.join(sorted(holding)[:4])}" if holding else "no constant holding S feeds it: the length comes "
+            "from elsewhere (an input, a weight)")
+    return f"node {node.name!r} ({node.op_type}) does not run at a shorter length: {what}; {reason}"
+
+
+def _small_values(tensor: Any) -> list[int]:
+    from onnx import numpy_helper
+
+    return [int(v) for v in numpy_helper.to_array(tensor).reshape(-1)[:64]]

@@ -81,11 +81,21 @@ class GraphRuns:
         self._runners: dict[Path, Any] = {}
 
     def run(self, path: Path, feeds: dict[str, np.ndarray], batch: int) -> tuple[list[np.ndarray], list[str]]:
+        """Outputs on every row of `feeds`, `batch` rows a call; a graph exported at a fixed batch (a plain
+        `torch.onnx.export` at batch 1) gets exactly its batch, the last call filled up by repeating a row."""
+        from optcli.quantize.evaluate import fixed_batch
+
         runner = self._runner(path)
+        batch = fixed_batch(runner) or batch
         n = len(next(iter(feeds.values())))
-        chunks = [runner.run_normalized(runner.normalize({k: v[i:i + batch] for k, v in feeds.items()}))
-                  for i in range(0, n, batch)]
-        return [np.concatenate([np.asarray(c[j]) for c in chunks]) for j in range(len(chunks[0]))], \
+        chunks = []
+        for i in range(0, n, batch):
+            part = {k: v[i:i + batch] for k, v in feeds.items()}
+            rows = len(next(iter(part.values())))
+            if fixed_batch(runner) and rows < batch:
+                part = {k: np.concatenate([v, np.repeat(v[:1], batch - rows, 0)]) for k, v in part.items()}
+            chunks.append([np.asarray(o)[:rows] for o in runner.run_normalized(runner.normalize(part))])
+        return [np.concatenate([c[j] for c in chunks]) for j in range(len(chunks[0]))], \
             [o.name for o in runner.outputs]
 
     def run_samples(self, path: Path, samples: Any) -> tuple[list[np.ndarray], list[str]]:

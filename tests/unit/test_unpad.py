@@ -194,6 +194,29 @@ def test_stage_applies_and_proves_on_random_right_padded_samples(tiny: Path, tmp
     assert d["sequence_outputs"] == {"hidden": [1]} and d["proof"][0]["max_abs_err"] < 1e-5
 
 
+def test_the_unpadded_artifact_takes_any_length_up_to_the_exported_one(tiny: Path, tmp_path: Path) -> None:
+    """Issue 31: the export fixed S; the artifact takes `1 x 14` unpadded (as sentence-transformers users
+    send it) and gives that row's outputs, equal to the original's on the same row padded to S."""
+    import optcli
+    from optcli.sequence_axis import recorded_lengths
+
+    artifact = run_stage(*stage_for(tiny, tmp_path), tmp_path).artifact
+    model = load_onnx(artifact.path)
+    assert [i.type.tensor_type.shape.dim[1].dim_param for i in model.graph.input] == ["sequence", "sequence"]
+    assert recorded_lengths(model) == {"sequence": S}  # what the pipeline measures and calibrates at
+    with optcli.load(artifact.path) as loaded:
+        for lengths in ([14], [3, 1], [S, 20], [1]):
+            padded = right_padded_feeds(lengths)
+            n = max(lengths)
+            got = loaded.predict({k: v[:, :n] for k, v in padded.items()})
+            ref = run(tiny, padded)
+            assert got["hidden"].shape == (len(lengths), n, H) and got["cls"].shape == (len(lengths), H)
+            valid = padded["attention_mask"][:, :n, None] == 1
+            np.testing.assert_allclose(np.where(valid, got["hidden"], 0), np.where(valid, ref[0][:, :n], 0),
+                                       atol=1e-5)
+            np.testing.assert_allclose(got["cls"], ref[1], atol=1e-5)
+
+
 def test_stage_refuses_a_model_whose_outputs_read_the_padding(tmp_path: Path) -> None:
     path = tmp_path / "leak.onnx"
     save_onnx(encoder(leak=True), path)
