@@ -21,6 +21,7 @@ from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.onnx_model import graph_view, io_specs
+from optcli.plan import ModelFeatures, plan_run
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
 from optcli.stage_measure import Measurements
@@ -131,6 +132,8 @@ class Pipeline:
         if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
             ctx.facts["deadline"] = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
+        # The plan, before the first stage; the route's part waits for the first ONNX graph (_complete_plan).
+        ctx.plan = plan_run(self.config, ModelFeatures(source.is_torch), target=target, stages=[s.name for s in stages])
         for stage in stages:  # what a stage's turn would refuse (a profile without a range) fails now
             stage.check_plan()
         report = RunReport(
@@ -208,6 +211,7 @@ class Pipeline:
 
     def _run_stage(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact,
                    stage_dir: Path, reference: dict[str, Any], later: list[Stage]) -> Artifact:
+        self._complete_plan(ctx, stage, artifact)
         reason = stage.skip_reason(artifact)
         if reason:
             record.status, record.reason = "skipped", reason
@@ -287,12 +291,20 @@ class Pipeline:
         if not self.config.bench.enabled:
             return "disabled"
         for nxt in later:
+            self._complete_plan(nxt.ctx, nxt, made)
             try:
                 if nxt.skip_reason(made) is None:
                     return nxt.measure_optimization or "all"
             except OptcliError:  # its own turn raises it again, as that stage's error
                 return "disabled"
         return "all"
+
+    def _complete_plan(self, ctx: StageContext, stage: Stage, graph: Artifact) -> None:
+        """The plan's route, once, from the first ONNX graph a stage the route governs is asked about (the
+        user's ONNX, or the exporter's): the stages read the plan, never decide it."""
+        if ctx.plan.needs_graph(stage.name, graph):
+            names = ctx.plan.stages
+            ctx.plan = plan_run(self.config, ModelFeatures(ctx.source.is_torch, graph), target=ctx.target, stages=names)
 
     @staticmethod
     def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from optcli.plan.stage_names import StageName
 from optcli.report import STAGE_COLUMNS, RunReport, stage_rows
 
 _STATUS_STYLE = {"ok": "green", "cached": "cyan", "skipped": "yellow", "failed": "red bold",
@@ -73,7 +74,7 @@ def loaded_line(report: RunReport) -> str | None:
     if not loaded:
         return None
     inputs = ", ".join(f"{n}:{s}" for n, s in loaded.get("inputs", {}).items())
-    export = report.stage("export")
+    export = report.stage(StageName.EXPORT)
     seq = (export.details or {}).get("dynamic_sequence") if export is not None else None
     dynamic = "batch dynamic" if not seq else \
         f"batch and sequence dynamic, sequence {seq.get('min')} to {seq.get('max') or 'any'}; a pin fixes it"
@@ -127,7 +128,7 @@ def final_lines(report: RunReport) -> list[str]:
         lines.append(f"[yellow]warning: the final artifact is {dep['p50'] / ref['p50']:.2f}x SLOWER than the "
                      f"baseline, {ref['runtime']} (p50 {ref['p50']:.3f} ms), at batch {dep['batch']}: at this "
                      "batch the baseline is the one to ship; measure at yours (optcli bench)[/]")
-    q = next((s for s in report.stages if s.name == "quantize-int8" and s.status in ("ok", "cached")), None)
+    q = next((s for s in report.stages if s.name == StageName.QUANTIZE_INT8 and s.status in ("ok", "cached")), None)
     fb = q.details.get("fallback") if q is not None else None
     if fb:
         kept = [u["module"] or u["node"] for u in fb["kept_in_float"]]
@@ -142,7 +143,7 @@ def final_lines(report: RunReport) -> list[str]:
                    and isinstance(s.details.get("calibration"), dict) and s.details["calibration"].get("capped")), None)
     if capped:
         lines.append(f"  calibration: {capped['note']}")
-    built = next((s for s in report.stages if s.name == "build-cpu" and s.status in ("ok", "cached")), None)
+    built = next((s for s in report.stages if s.name == StageName.BUILD_CPU and s.status in ("ok", "cached")), None)
     if built is not None and built.details.get("chosen"):
         # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
         lines.append(f"  build-cpu chose {built.details['chosen']}: {built.details.get('why', '')}")

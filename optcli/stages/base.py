@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from optcli.artifact import Artifact
+from optcli.plan.run_plan import RunPlan, unrouted_plan
 
 if TYPE_CHECKING:
     from optcli.backends.torch.loader import ModelSource, TorchModel
@@ -48,6 +49,12 @@ class StageContext:
     facts: dict[str, Any] = field(default_factory=dict)
     # Runners shared across the run's stages and measurements (optcli/runtime/pool.py); the run closes it.
     runners: RunnerPool = field(default_factory=_runner_pool)
+    # The run's plan (optcli/plan/): the pipeline's; a context made outside a run plans every stage.
+    plan: RunPlan = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.plan is None:
+            self.plan = unrouted_plan(self.config, self.target)
 
 
 @dataclass

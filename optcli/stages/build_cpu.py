@@ -31,10 +31,10 @@ from optcli.calibration.dataset import SampleSet
 from optcli.calibration.identity import data_identity
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
-from optcli.cpu.route import decided_route
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
+from optcli.plan.stage_names import StageName
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
@@ -50,7 +50,7 @@ QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_
 class BuildCpuStage(Stage):
     """The input ONNX -> the fastest CPU artifact (of any registered backend's recipes) within tolerance."""
 
-    name = "build-cpu"
+    name = StageName.BUILD_CPU
     order = 50
     config_section = "cpu"
     measure_optimization = "all"  # candidates are compared as deployed; Q/DQ needs ORT's optimizer
@@ -93,7 +93,7 @@ class BuildCpuStage(Stage):
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
             if artifact.precision != "int8":  # the fast search's route left the quantize stage out
-                route = decided_route(self.ctx)
+                route = self.ctx.plan.route
                 no_int8_graph = (f"not built (fast search): the quantize stage did not run ({route.skip})"
                                  if route is not None and route.skip else "the quantize stage made no INT8 graph")
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
@@ -176,15 +176,12 @@ class BuildCpuStage(Stage):
         float_art, (calib, ev, reference, names) = self._reference(artifact)
         judge = (reference, names, tol)
         search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
-        route = decided_route(self.ctx)
-        routed = route is not None and route.skips_quantize  # the fast search left the quantize stage out
-        if (artifact.meta.get("fallback_deferred") or routed) and not any(c.passed for c in cands):
-            # The last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
+        route, step = self.ctx.plan.route, self.ctx.plan.last_resort
+        if step is not None and step.due(artifact.meta, any(c.passed for c in cands)):
+            # The plan's last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
             # search), which it deferred to us, or which the route predicted would not be needed.
             own = next((c for c in cands if c.recipe == "input"), cands[0])
-            name = f"{own.backend}-int8-{route.details.get('flavour')}" if routed and route else own.name
-            last = Candidate(f"{name} ({'last resort' if routed else 'fallback'})", own.backend, "int8", "fallback",
-                             simplicity=8)
+            last = Candidate(step.candidate_name(own.name, own.backend), own.backend, "int8", "fallback", simplicity=8)
             cands.append(last)
             _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, judge, cfg, float_art)
         chosen, why = choose(cands)

@@ -37,6 +37,7 @@ from optcli.backends.tensorrt.toolkit import Toolkit
 from optcli.errors import UsageError
 from optcli.onnx_model import graph_view, io_specs
 from optcli.optional_imports import require
+from optcli.plan.stage_names import StageName
 from optcli.stages.base import Stage, StageResult, register
 from optcli.targets import tensorrt_family
 from optcli.tensor_spec import TensorSpec
@@ -46,7 +47,7 @@ from optcli.tensor_spec import TensorSpec
 class BuildTensorRTStage(Stage):
     """ONNX -> TensorRT engine (strongly typed; profiles, workspace, opt level, compatibility)."""
 
-    name = "build-tensorrt"
+    name = StageName.BUILD_TENSORRT
     order = 50
     builds_deployable = True
     config_section = "tensorrt"

@@ -14,6 +14,7 @@ from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.onnx_model import load_onnx, save_onnx
+from optcli.plan.stage_names import StageName
 from optcli.tensor_spec import TensorSpec, random_inputs
 
 # Beside build-cpu's candidates: the rewrite of the graph OpenVINO's candidates start from.
@@ -223,4 +224,4 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
     facts = twins[first.sha256]
     if not facts["applied"]:
         return None, facts
-    return Artifact(Path(facts["path"]), ONNX, "fp32", stage="unpad", parent=first.sha256), facts
+    return Artifact(Path(facts["path"]), ONNX, "fp32", stage=StageName.UNPAD, parent=first.sha256), facts
