@@ -128,9 +128,9 @@ class Pipeline:
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
         self.config.freeze()  # what the run learnt (a fixed batch) is in; from here on nothing changes it
-        ctx.facts["target_reason"] = target_reason
+        ctx.state.target_reason = target_reason
         if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
-            ctx.facts["deadline"] = t_start + self.config.time_budget
+            ctx.state.deadline = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
         # The plan, before the first stage; the route's part waits for the first ONNX graph (_complete_plan).
         ctx.plan = plan_run(self.config, ModelFeatures(source.is_torch), target=target, stages=[s.name for s in stages])
@@ -166,9 +166,9 @@ class Pipeline:
     def _run_stages(self, ctx: StageContext, stages: list[Stage], report: RunReport) -> None:
         self.emit("phase", {"text": "computing the FP32 reference"})
         reference = self.measure.reference(ctx)
-        ctx.samples["reference"] = reference
+        ctx.state.reference = reference
         artifact = Artifact(ctx.source.path, ctx.source.format, stage=None)
-        ctx.facts["artifacts"] = {"source": artifact}  # lineage: later stages may need an earlier graph
+        ctx.state.artifacts = {"source": artifact}  # lineage: later stages may need an earlier graph
         if ctx.torch_model is not None:
             # Measure PyTorch eager before export runs: the exporter leaves global state behind.
             self.emit("phase", {"text": "measuring PyTorch eager"})
@@ -178,7 +178,7 @@ class Pipeline:
             self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
             artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference,
                                        stages[index:])
-            ctx.facts["artifacts"][stage.name] = artifact
+            ctx.state.artifacts[stage.name] = artifact
             report.write(self.out)
             self.emit("stage_end", record.to_json())
             if record.status == "failed":

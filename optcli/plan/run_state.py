@@ -1,5 +1,5 @@
 """What a run learns as it goes, typed: the pipeline and the stages read and write these fields (they
-replace the untyped `ctx.facts` and `ctx.samples` dicts). The plan (optcli/plan/run_plan.py) says what the
+replace the untyped dicts of facts and samples the context held). The plan (optcli/plan/run_plan.py) says what the
 run does; this says what it has found and made so far."""
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
     calib_info = {**calib_info, **cap_note(calib, q)}
-    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
+    reference, _ = reference_outputs(ctx.state.fp32_outputs, fp32, artifact.sha256, ev, ctx.runners,
+                                     ctx.config.bench.threads)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units},
                    fp16_base=fp16_base(ctx, flavour))
@@ -183,5 +184,5 @@ def earlier_op_types(ctx: Any, wanted: list[str]) -> set[str]:
 
 def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
-    seen = ctx.facts.get("artifacts", {}).values()
+    seen = ctx.state.artifacts.values()
     return [a.path for a in seen if getattr(a, "format", None) == ONNX and a.path.exists()]

@@ -148,8 +148,8 @@ class BuildCpuStage(Stage):
 
     # -- inputs of the work ------------------------------------------------------------------
     def _lineage(self, artifact: Artifact) -> list[Artifact]:
-        """Artifacts of this run, newest first (the pipeline records them in ctx.facts)."""
-        seen = list(self.ctx.facts.get("artifacts", {}).values())
+        """Artifacts of this run, newest first (the pipeline records them in the run's state)."""
+        seen = list(self.ctx.state.artifacts.values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
 
     def heldout_rows(self, before: Artifact) -> SampleSet:
@@ -215,7 +215,7 @@ class BuildCpuStage(Stage):
             details["calibration"] = cap_note(calib, self.ctx.config.quantize)
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
-        twins = self.ctx.facts.get("unpad_twins")
+        twins = self.ctx.state.unpad_twins
         if twins:  # the unpad rewrite of the exporter's graph, made for the candidates that start from it
             details["unpad_source"] = [{k: v for k, v in t.items() if k != "path"} for t in twins.values()]
         leftover = workdir / UNPADDED_SOURCE
@@ -241,7 +241,7 @@ class BuildCpuStage(Stage):
                 check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
             specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
-            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev,
+            return float_art, (calib, ev, *reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
                                                              self.ctx.runners, self.ctx.config.bench.threads))
         from optcli.backends.torch.runner import TorchRunner
 
@@ -276,7 +276,7 @@ class BuildCpuStage(Stage):
         result, timing = search_candidates(
             cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), release_runner=self.ctx.runners.release, arrays=arrays,
-            batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.facts.get("deadline"),
+            batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.state.deadline,
             budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1), weight_bytes=weights)
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing

@@ -105,7 +105,7 @@ class UnpadStage(Stage):
             from optcli.quantize.evaluate import remember_reference
 
             # The proof ran the rewrite on every held-out row: later stages' FP32 reference on that data.
-            remember_reference(self.ctx.samples, made.sha256, held_out.samples, held_out.outputs)
+            remember_reference(self.ctx.state.fp32_outputs, made.sha256, held_out.samples, held_out.outputs)
         return StageResult(made, details)
 
     def _held_out(self) -> Any:

@@ -207,11 +207,11 @@ TWIN_SAMPLES = 4
 def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
                   known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, Any]]:
     """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
-    once per run in `workdir` (`stage.facts` remembers it, or why not): (the artifact or None, facts).
+    once per run in `workdir` (`stage.state.unpad_twins` remembers it, or why not): (the artifact or None, facts).
     `known_axes`: the outputs' sequence axes the unpad stage found (spares the probe)."""
     from optcli.unpad.verify import GraphRuns
 
-    twins = stage.facts.setdefault("unpad_twins", {})
+    twins = stage.state.unpad_twins
     if first.sha256 not in twins:
         out = workdir / UNPADDED_SOURCE
         details: dict[str, Any] = {"graph": first.path.name}
