@@ -21,7 +21,7 @@ from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.onnx_model import graph_view, io_specs
-from optcli.plan import ModelFeatures, plan_run
+from optcli.plan import ModelFeatures, RunPlan, plan_run
 from optcli.report import RunReport, StageReport
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
 from optcli.stage_measure import Measurements
@@ -98,8 +98,10 @@ class Pipeline:
         inputs = self._batch_dim(inputs, fixed)
         if torch_model is not None:
             torch_model.inputs = inputs
+        # The plan comes once the stages are chosen (_run_locked): a bad [cpu] section stays their error.
         return StageContext(config=self.config, source=source, inputs=inputs, target=target,
-                            out_dir=self.out, torch_model=torch_model, int_high=int_high)
+                            out_dir=self.out, torch_model=torch_model, int_high=int_high,
+                            plan=RunPlan(target=target, stages=()))
 
     def _batch_dim(self, inputs: list[TensorSpec], fixed: int | None) -> list[TensorSpec]:
         """Dim 0 is the batch: dynamic unless --static-batch or the model itself fixes it (a pinned size
