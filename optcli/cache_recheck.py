@@ -37,7 +37,7 @@ def user_model_outputs(ctx: StageContext, samples: Any) -> list[np.ndarray]:
     """The user's model, as given on the command line, on `samples` (once per run and sample set)."""
     from optcli.quantize.evaluate import run_model, runner_outputs
 
-    memo = ctx.samples.setdefault("user_model_outputs", {})
+    memo = ctx.state.user_model_outputs
     key = samples.digest()
     if key not in memo:
         if ctx.torch_model is not None:

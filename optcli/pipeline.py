@@ -21,6 +21,7 @@ from optcli.config import CompileConfig, section_class
 from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.onnx_model import graph_view, io_specs
+from optcli.plan import ModelFeatures, RunPlan, plan_run
 from optcli.report import (
     AccuracyResult,
     ConfigFileRecord,
@@ -110,8 +111,10 @@ class Pipeline:
         inputs = self._batch_dim(inputs, fixed)
         if torch_model is not None:
             torch_model.inputs = inputs
+        # The plan comes once the stages are chosen (_run_locked): a bad [cpu] section stays their error.
         return StageContext(config=self.config, source=source, inputs=inputs, target=target,
-                            out_dir=self.out, torch_model=torch_model, int_high=int_high)
+                            out_dir=self.out, torch_model=torch_model, int_high=int_high,
+                            plan=RunPlan(target=target, stages=()))
 
     def _batch_dim(self, inputs: list[TensorSpec], fixed: int | None) -> list[TensorSpec]:
         """Dim 0 is the batch: dynamic unless --static-batch or the model itself fixes it (a pinned size
@@ -140,10 +143,12 @@ class Pipeline:
         target, target_reason = resolve_target(self.config.target)
         ctx = self._context(source, target)
         self.config.freeze()  # what the run learnt (a fixed batch) is in; from here on nothing changes it
-        ctx.facts["target_reason"] = target_reason
+        ctx.state.target_reason = target_reason
         if self.config.time_budget:  # a perf_counter time: the CPU search stops at the best so far past it
-            ctx.facts["deadline"] = t_start + self.config.time_budget
+            ctx.state.deadline = t_start + self.config.time_budget
         stages = [cls(ctx) for cls in all_stages() if cls.enabled(self.config)]
+        # The plan, before the first stage; the route's part waits for the first ONNX graph (_complete_plan).
+        ctx.plan = plan_run(self.config, ModelFeatures(source.is_torch), target=target, stages=[s.name for s in stages])
         for stage in stages:  # what a stage's turn would refuse (a profile without a range) fails now
             stage.check_plan()
         loaded_as = ctx.torch_model.loaded_as if ctx.torch_model else None
@@ -179,9 +184,9 @@ class Pipeline:
     def _run_stages(self, ctx: StageContext, stages: list[Stage], report: RunReport) -> None:
         self.emit("phase", {"text": "computing the FP32 reference"})
         reference = self.measure.reference(ctx)
-        ctx.samples["reference"] = reference
+        ctx.state.reference = reference
         artifact = Artifact(ctx.source.path, ctx.source.format, stage=None)
-        ctx.facts["artifacts"] = {"source": artifact}  # lineage: later stages may need an earlier graph
+        ctx.state.artifacts = {"source": artifact}  # lineage: later stages may need an earlier graph
         if ctx.torch_model is not None:
             # Measure PyTorch eager before export runs: the exporter leaves global state behind.
             self.emit("phase", {"text": "measuring PyTorch eager"})
@@ -191,7 +196,7 @@ class Pipeline:
             self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
             artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference,
                                        stages[index:])
-            ctx.facts["artifacts"][stage.name] = artifact
+            ctx.state.artifacts[stage.name] = artifact
             report.write(self.out)
             self.emit("stage_end", record.to_json())
             if record.status == "failed":
@@ -224,6 +229,7 @@ class Pipeline:
 
     def _run_stage(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact,
                    stage_dir: Path, reference: dict[str, Any], later: list[Stage]) -> Artifact:
+        self._complete_plan(ctx, stage, artifact)
         reason = stage.skip_reason(artifact)
         if reason:
             record.status, record.reason = Status.SKIPPED, reason
@@ -306,12 +312,20 @@ class Pipeline:
         if not self.config.bench.enabled:
             return "disabled"
         for nxt in later:
+            self._complete_plan(nxt.ctx, nxt, made)
             try:
                 if nxt.skip_reason(made) is None:
                     return nxt.measure_optimization or "all"
             except OptcliError:  # its own turn raises it again, as that stage's error
                 return "disabled"
         return "all"
+
+    def _complete_plan(self, ctx: StageContext, stage: Stage, graph: Artifact) -> None:
+        """The plan's route, once, from the first ONNX graph a stage the route governs is asked about (the
+        user's ONNX, or the exporter's): the stages read the plan, never decide it."""
+        if ctx.plan.needs_graph(stage.name, graph):
+            names = ctx.plan.stages
+            ctx.plan = plan_run(self.config, ModelFeatures(ctx.source.is_torch, graph), target=ctx.target, stages=names)
 
     @staticmethod
     def _declined(record: StageReport, before: Artifact, out: Artifact) -> Artifact:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
+from optcli.plan.stage_names import StageName
 
 if TYPE_CHECKING:
     from optcli.artifact import Artifact
@@ -161,7 +162,7 @@ class RecipeContext:
         rewrite where that stage applied it (made and proven here, once per run, on first use: the
         padded positions are not computed, whichever graph a candidate starts from)."""
         first = oldest_float_onnx(self.lineage)
-        unpad = next((a for a in self.lineage if a.stage == "unpad" and a.format == ONNX), None)
+        unpad = next((a for a in self.lineage if a.stage == StageName.UNPAD and a.format == ONNX), None)
         bucket = unpad.meta.get("unpad_bucket") if unpad is not None else None
         if unpad is None or unpad.path == first.path or not isinstance(bucket, int) or not 1 <= bucket <= 4096:
             return first

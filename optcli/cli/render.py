@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from optcli.plan.stage_names import StageName
 from optcli.report import (
     DONE,
     STAGE_COLUMNS,
@@ -81,7 +82,7 @@ def loaded_line(report: RunReport) -> str | None:
     if not loaded:
         return None
     inputs = ", ".join(f"{n}:{s}" for n, s in loaded.get("inputs", {}).items())
-    export = report.stage("export")
+    export = report.stage(StageName.EXPORT)
     seq = export.details.dynamic_sequence if export is not None and isinstance(export.details, ExportDetails) \
         else None
     dynamic = "batch dynamic" if not seq else \

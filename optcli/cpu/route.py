@@ -7,8 +7,8 @@ priors (optcli/search/priors.py) say no candidate of the first route can win aga
 winner of the second (on a CPU with VNNI: BERT-base and MiniLM, where NNCF's transformer setting won;
 ResNet-50), the fast search leaves the three stages out: on BERT-base they were 30 of a 93 s compile,
 for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate. Where
-the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself
-as a last resort.
+the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself:
+the plan's last resort (optcli/plan/run_plan.py), which holds the route and the stages it leaves out.
 
 At FP32 and BF16 the route is simpler: simplify and fuse feed only onnxruntime's candidate, and
 onnxruntime does at load (optimization "all") what they do offline: its latency on the exporter's graph,
@@ -27,91 +27,44 @@ where its predicted winner was less accurate in the evidence (the route bets on 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from optcli.artifact import Artifact
-from optcli.stages.base import StageContext
+from optcli.plan.route import FLOAT_ROUTE, ONNXRUNTIME_ROUTE, Route
 
-# The stages whose only consumer on a CPU at INT8 is onnxruntime's route.
-ONNXRUNTIME_ROUTE = ("simplify", "fuse", "quantize-int8")
+# The route's data and the stages it may leave out are the plan's (optcli/plan/route.py); deciding it is here.
+
 # Precisions with no quantize stage on a CPU: the route leaves out the offline graph stages only.
 FLOAT_PRECISIONS = ("fp32", "bf16")
-FLOAT_ROUTE = ("simplify", "fuse")
 SMALL = "a small model: every stage runs"
-_FACT = "cpu_route"
+
+__all__ = ["FLOAT_ROUTE", "ONNXRUNTIME_ROUTE", "SMALL", "Route", "decide_route"]
 
 
-@dataclass
-class Route:
-    """The decision: `skip` says why the fast search leaves out ONNXRUNTIME_ROUTE (None: it runs them);
-    `stage_note` is what a skipped stage's row says about it."""
-
-    skip: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    stage_note: str | None = None
-    stages: tuple[str, ...] = ONNXRUNTIME_ROUTE
-
-    @property
-    def skips_quantize(self) -> bool:
-        """The route left out the quantize stage's INT8 (build-cpu then owes it a last resort)."""
-        return self.skip is not None and "quantize-int8" in self.stages
-
-    def to_json(self) -> dict[str, Any]:
-        return {"onnxruntime_route": "skipped" if self.skip else "runs", **({"why": self.skip} if self.skip else {}),
-                **self.details}
-
-
-def cpu_route(ctx: StageContext, artifact: Artifact) -> Route:
-    """The run's route, decided on the first call (from the first ONNX graph of the run) and kept."""
-    known = decided_route(ctx)
-    if known is not None:
-        return known
-    route = _decide(ctx, artifact)
-    ctx.facts[_FACT] = route
-    return route
-
-
-def decided_route(ctx: StageContext) -> Route | None:
-    """The run's route where a stage already asked for it, else None (build-cpu reads it, never decides)."""
-    known = ctx.facts.get(_FACT)
-    return known if isinstance(known, Route) else None
-
-
-def stage_skip(ctx: StageContext, artifact: Artifact, stage: str) -> str | None:
-    """Why `stage` is skipped on this run's route, or None."""
-    if stage not in ONNXRUNTIME_ROUTE:
-        return None
-    route = cpu_route(ctx, artifact)
-    if route.skip is None or stage not in route.stages:
-        return None
-    winner = route.details.get("predicted_winner")
-    note = route.stage_note or f"{winner} predicted to win (build-cpu's route)"
-    return f"fast search: {note}; --search thorough runs it"
-
-
-def _decide(ctx: StageContext, artifact: Artifact) -> Route:
+def decide_route(config: Any, target: str, torch_source: bool, artifact: Artifact) -> Route:
+    """The run's route on a CPU, from `artifact` (the first ONNX graph the graph stages get): the planner's
+    (optcli/plan/run_plan.py), decided once per run."""
     from optcli.backends.registry import ONNX
     from optcli.cpu.options import cpu_config
 
-    config = ctx.config
     cfg = cpu_config(config)
-    if ctx.target != "cpu" or cfg.search != "fast":
+    if target != "cpu" or cfg.search != "fast":
         return Route()
     if config.quantize.precision in FLOAT_PRECISIONS:
-        return _float_route(ctx, artifact, cfg) if artifact.format == ONNX else Route()
+        return _float_route(config, torch_source, artifact, cfg) if artifact.format == ONNX else Route()
     if config.quantize.precision != "int8":
         return Route()
     if config.quantize.exclude_nodes:
         return Route(details={"because": "--exclude names nodes of the quantize stage's input graph"})
     if config.quantize.flavour != "auto":
-        return Route(details={"because": f"--int8-flavour {config.quantize.flavour} asks for the quantize stage's graph"})
+        return Route(details={"because": f"--int8-flavour {config.quantize.flavour} asks for the quantize stage's "
+                                         "graph"})
     if artifact.format != ONNX:
         return Route()
-    return _predict(ctx, artifact, cfg)
+    return _predict(config, torch_source, artifact, cfg)
 
 
-def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
+def _predict(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) -> Route:
     from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
     from optcli.quantize.flavour import resolve_flavour
     from optcli.search.priors import predict
@@ -119,14 +72,15 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
 
     ops = op_histogram(graph_view(artifact.path))
     encoder = looks_like_encoder(ops)
-    flavour = resolve_flavour(ctx.config.quantize.flavour, "cpu", encoder)
-    cands, feats = _planned(ctx, artifact, cfg, ops, encoder, input_flavour=f"int8-{flavour.name}",
+    flavour = resolve_flavour(config.quantize.flavour, "cpu", encoder)
+    cands, feats = _planned(config, torch_source, artifact, cfg, ops, encoder, input_flavour=f"int8-{flavour.name}",
                             dynamic_input=not flavour.static)
+    planned = tuple(c.name for c in cands if not c.skip)
     if feats.size != "large":
         # Per-call overhead decides on a small model, the benchmarks behind the route are of large ones,
         # and its stages cost seconds at most there: on the zoo's ALBERT (0.34 MB) the route's NNCF ran
         # at 2.3x the latency of onnxruntime's INT8, which it had not built.
-        return Route(details={"features": feats.to_json(), "because": SMALL})
+        return Route(planned=planned, details={"features": feats.to_json(), "because": SMALL})
     live = [c for c in cands if not c.skip]
     preds = {c.name: predict(feats, f"{c.backend}:{c.recipe}") for c in live}
     needs = [c for c in live if c.builder is not None and c.builder.needs_int8_graph]
@@ -135,48 +89,50 @@ def _predict(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
                                "predictions": {n: p.to_json() for n, p in preds.items()}}
     if not needs or not others:
         details["because"] = "no other route" if not others else "no candidate needs the quantize stage's graph"
-        return Route(details=details)
+        return Route(planned=planned, details=details)
     lead = min(others, key=lambda c: (effective_ratio(preds[c.name]), others.index(c)))
     details["predicted_winner"] = lead.name
     if preds[lead.name].less_accurate:
         # The route bets on the predicted winner passing the tolerance: not on one the evidence had less accurate.
         details["because"] = f"the predicted winner, {lead.name}, was less accurate in the evidence"
-        return Route(details=details)
+        return Route(planned=planned, details=details)
     why = {c.name: cannot_win(preds[c.name], lead.name, preds[lead.name]) for c in needs}
     could = [n for n, reason in why.items() if reason is None]
     if could:
         details["because"] = f"{', '.join(could)} could win"
-        return Route(details=details)
+        return Route(planned=planned, details=details)
     losers = "; ".join(f"{c.name} predicted {preds[c.name].ratio:.2f}x (+-{preds[c.name].spread:.0%}) the "
                        f"winner's latency" for c in needs)
     return Route(f"{lead.name} is predicted to win and onnxruntime's INT8 route cannot ({losers}), so "
-                 "only the exporter's graph is needed", details)
+                 "only the exporter's graph is needed", details, planned=planned)
 
 
-def _float_route(ctx: StageContext, artifact: Artifact, cfg: Any) -> Route:
+def _float_route(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) -> Route:
     """FP32 / BF16: leave simplify and fuse out on a large model where a candidate that starts from the
     exporter's graph (OpenVINO's) is planned."""
     from optcli.onnx_model import graph_view, looks_like_encoder, op_histogram
 
     ops = op_histogram(graph_view(artifact.path))
-    cands, feats = _planned(ctx, artifact, cfg, ops, looks_like_encoder(ops), input_flavour=artifact.meta.get("flavour"))
+    cands, feats = _planned(config, torch_source, artifact, cfg, ops, looks_like_encoder(ops),
+                            input_flavour=artifact.meta.get("flavour"))
+    planned = tuple(c.name for c in cands if not c.skip)
     details: dict[str, Any] = {"features": feats.to_json()}
     if feats.size != "large":
-        return Route(details={**details, "because": SMALL})
+        return Route(planned=planned, details={**details, "because": SMALL})
     fresh = [c.name for c in cands if not c.skip and c.builder is not None and c.builder.starts_from_export]
     if not fresh:
-        return Route(details={**details, "because": "no candidate starts from the exporter's graph: the stages' "
-                              "graph is the artifact"})
+        return Route(planned=planned, details={**details, "because": "no candidate starts from the exporter's graph: "
+                                                               "the stages' graph is the artifact"})
     details["from_exporters_graph"] = fresh
     return Route("onnxruntime optimizes at load what simplify and fuse do offline (its latency on the exporter's, "
                  "the simplified and the fused graph: 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on "
                  "MiniLM, 1.00 / 1.00 / 1.00x on ResNet-50) and OpenVINO starts from the exporter's graph, so "
                  "onnxruntime's candidate starts from it too", details,
                  stage_note="onnxruntime does this itself at load and OpenVINO starts from the exporter's graph",
-                 stages=FLOAT_ROUTE)
+                 stages=FLOAT_ROUTE, planned=planned)
 
 
-def _planned(ctx: StageContext, artifact: Artifact, cfg: Any, ops: dict[str, int], encoder: bool,
+def _planned(config: Any, torch_source: bool, artifact: Artifact, cfg: Any, ops: dict[str, int], encoder: bool,
              **request: Any) -> tuple[list[Any], Any]:
     """The candidates build-cpu would plan for this run's precision from `artifact` as the fast search
     does (heavy builds left out on a huge model), and the features the priors look them up by."""
@@ -185,9 +141,9 @@ def _planned(ctx: StageContext, artifact: Artifact, cfg: Any, ops: dict[str, int
     from optcli.cpu.search_run import features, skip_heavy_builds
     from optcli.quantize.flavour import u8s8_saturates
 
-    precision, size = ctx.config.quantize.precision, artifact.size_bytes
+    precision, size = config.quantize.precision, artifact.size_bytes
     cands = plan(PlanRequest(precision, cfg.backend, encoder=encoder, input_format=artifact.format,
-                             torch_source=ctx.source.is_torch, batch=ctx.config.bench.batch,
+                             torch_source=torch_source, batch=config.bench.batch,
                              facts=backend_facts(precision, cfg), **request))
     skip_heavy_builds(cands, "fast", size)
     return cands, features(precision, ops, encoder, size, u8s8_saturates())

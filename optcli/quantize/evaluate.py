@@ -37,9 +37,9 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
 def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str, samples: SampleSet,
                       pool: Any = None, threads: int | None = None) -> tuple[list[np.ndarray], list[str]]:
     """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and build-cpu
-    judge against the same FP32 outputs on the same held-out set. `memo` is the run's ctx.samples; the
-    session comes from the run's `pool` at the measurements' setting (`threads`: [bench] threads)."""
-    cache = memo.setdefault("fp32_outputs", {})
+    judge against the same FP32 outputs on the same held-out set. `memo` is the run's state.fp32_outputs;
+    the session comes from the run's `pool` at the measurements' setting (`threads`: [bench] threads)."""
+    cache = memo
     key = f"{model_sha}:{samples.digest()}"
     if key not in cache:
         cache[key] = run_model(path, samples, runner_options={"threads": threads}, pool=pool)
@@ -50,7 +50,7 @@ def remember_reference(memo: dict[str, Any], model_sha: str, samples: SampleSet,
                        outputs: tuple[list[np.ndarray], list[str]]) -> None:
     """What reference_outputs will answer for (model, samples): outputs a stage computed as run_model
     does, on the run's pool at the measurements' setting (the unpad proof's run of its rewrite)."""
-    memo.setdefault("fp32_outputs", {})[f"{model_sha}:{samples.digest()}"] = outputs
+    memo[f"{model_sha}:{samples.digest()}"] = outputs
 
 
 def fixed_batch(runner: Any) -> int | None:

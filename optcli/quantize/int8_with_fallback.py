@@ -19,6 +19,7 @@ from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import cap_note, split_calibration
 from optcli.latency import stats_from_samples, time_calls
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram, remove_onnx
+from optcli.plan.stage_names import StageName
 from optcli.quantize.calibrate import compute_ranges
 from optcli.quantize.evaluate import evaluate, reference_outputs
 from optcli.quantize.fallback import Quantizer, closest_summary, run_fallback
@@ -48,10 +49,10 @@ def _brief(acc: dict[str, Any]) -> dict[str, Any]:
     return {k: round(acc[k], 6) for k in keys if k in acc}
 
 
-def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = "quantize-int8",
+def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = StageName.QUANTIZE_INT8,
                   defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
-    `defer_fallback` (fallback_deferred): on a miss, no fallback search here; build-cpu's other
+    `defer_fallback` (the plan's int8_fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
     from optcli.backends.tensorrt.graph_check import require_clean
 
@@ -73,7 +74,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                                             flavour.activation_symmetric, flavour.op_types,
                                             ctx.out_dir / "calibration-cache", force=ctx.config.force)
     calib_info = {**calib_info, **cap_note(calib, q)}
-    reference, _ = reference_outputs(ctx.samples, fp32, artifact.sha256, ev, ctx.runners, ctx.config.bench.threads)
+    reference, _ = reference_outputs(ctx.state.fp32_outputs, fp32, artifact.sha256, ev, ctx.runners,
+                                     ctx.config.bench.threads)
     out = workdir / "model.onnx"
     qz = Quantizer(fp32, flavour, ranges, q.calib_method, manual, {u.node: u.nodes for u in units},
                    fp16_base=fp16_base(ctx, flavour))
@@ -118,10 +120,10 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
         if missed:
             final_acc["fallback_closest"] = closest_summary(fallback)
-            if cpu_candidates_follow(ctx):
-                final_acc["gate_deferred_to"] = "build-cpu"
+            if ctx.plan.int8_gate_deferred:
+                final_acc["gate_deferred_to"] = StageName.BUILD_CPU
     if deferred:
-        final_acc["gate_deferred_to"] = "build-cpu"
+        final_acc["gate_deferred_to"] = StageName.BUILD_CPU
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]
@@ -182,27 +184,5 @@ def earlier_op_types(ctx: Any, wanted: list[str]) -> set[str]:
 
 def earlier_onnx(ctx: Any) -> list[Path]:
     """Earlier ONNX graphs of this run (the exporter's keeps module metadata a rewrite may drop)."""
-    seen = ctx.facts.get("artifacts", {}).values()
+    seen = ctx.state.artifacts.values()
     return [a.path for a in seen if getattr(a, "format", None) == ONNX and a.path.exists()]
-
-
-def fallback_deferred(ctx: Any) -> bool:
-    """Whether the INT8 stage leaves its fallback search to build-cpu: with the fast search, where other
-    INT8 candidates follow. On MiniLM (no VNNI) the fallback took 195 s and NNCF's candidate passed."""
-    from optcli.cpu.options import cpu_config
-
-    return cpu_candidates_follow(ctx) and cpu_config(ctx.config).search == "fast"
-
-
-def cpu_candidates_follow(ctx: Any) -> bool:
-    """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
-    that runs this stage's ONNX as it is) after this stage."""
-    from optcli.backends.registry import all_backends, for_format
-    from optcli.cpu.options import cpu_config
-
-    if ctx.target != "cpu":
-        return False
-    forced, own = cpu_config(ctx.config).backend, for_format(ONNX).name
-    return any(b.name != own and "int8" in b.cpu_precisions and b.installed() and forced in ("auto", b.name)
-               for b in all_backends())
-

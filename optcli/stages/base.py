@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from optcli.artifact import Artifact
+from optcli.plan.run_plan import RunPlan, unrouted_plan
+from optcli.plan.run_state import RunState
 from optcli.report.details import StageDetails
 
 if TYPE_CHECKING:
@@ -43,12 +45,16 @@ class StageContext:
     # Upper bounds for random int inputs (token ids): the embedding table's size, or what the PyTorch
     # example held; inputs not named here get [0, 100).
     int_high: dict[str, int] = field(default_factory=dict)
-    # Named sample batches the pipeline prepared: "verify" (fixed random), "calib", "eval" ...
-    samples: dict[str, Any] = field(default_factory=dict)
-    # Facts the pipeline learned (GPU probe, TensorRT version) that stages may read.
-    facts: dict[str, Any] = field(default_factory=dict)
+    # What the run has learnt and made so far (optcli/plan/run_state.py): typed fields, no dicts of facts.
+    state: RunState = field(default_factory=RunState)
     # Runners shared across the run's stages and measurements (optcli/runtime/pool.py); the run closes it.
     runners: RunnerPool = field(default_factory=_runner_pool)
+    # The run's plan (optcli/plan/): the pipeline's; a context made outside a run plans every stage.
+    plan: RunPlan = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.plan is None:
+            self.plan = unrouted_plan(self.config, self.target)
 
 
 @dataclass

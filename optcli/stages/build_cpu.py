@@ -32,10 +32,10 @@ from optcli.calibration.identity import data_identity
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.int8_vs_fp32 import Versus
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
-from optcli.cpu.route import decided_route
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
+from optcli.plan.stage_names import StageName
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
@@ -51,7 +51,7 @@ QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_
 class BuildCpuStage(Stage):
     """The input ONNX -> the fastest CPU artifact (of any registered backend's recipes) within tolerance."""
 
-    name = "build-cpu"
+    name = StageName.BUILD_CPU
     order = 50
     config_section = "cpu"
     measure_optimization = "all"  # candidates are compared as deployed; Q/DQ needs ORT's optimizer
@@ -94,7 +94,7 @@ class BuildCpuStage(Stage):
             dynamic = "DynamicQuantizeLinear" in ops or "com.microsoft.DynamicQuantizeMatMul" in ops
             encoder = looks_like_encoder(ops)
             if artifact.precision != "int8":  # the fast search's route left the quantize stage out
-                route = decided_route(self.ctx)
+                route = self.ctx.plan.route
                 no_int8_graph = (f"not built (fast search): the quantize stage did not run ({route.skip})"
                                  if route is not None and route.skip else "the quantize stage made no INT8 graph")
         return plan(PlanRequest(precision, cfg.backend, input_flavour=artifact.meta.get("flavour"),
@@ -149,8 +149,8 @@ class BuildCpuStage(Stage):
 
     # -- inputs of the work ------------------------------------------------------------------
     def _lineage(self, artifact: Artifact) -> list[Artifact]:
-        """Artifacts of this run, newest first (the pipeline records them in ctx.facts)."""
-        seen = list(self.ctx.facts.get("artifacts", {}).values())
+        """Artifacts of this run, newest first (the pipeline records them in the run's state)."""
+        seen = list(self.ctx.state.artifacts.values())
         return [artifact] + [a for a in reversed(seen) if a.path != artifact.path]
 
     def heldout_rows(self, before: Artifact) -> SampleSet:
@@ -177,15 +177,12 @@ class BuildCpuStage(Stage):
         float_art, (calib, ev, reference, names) = self._reference(artifact)
         judge = (reference, names, tol)
         search, timing = self._search(cands, artifact, workdir, calib, ev, judge, cfg, float_art)
-        route = decided_route(self.ctx)
-        routed = route is not None and route.skips_quantize  # the fast search left the quantize stage out
-        if (artifact.meta.get("fallback_deferred") or routed) and not any(c.passed for c in cands):
-            # The last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
+        route, step = self.ctx.plan.route, self.ctx.plan.last_resort
+        if step is not None and step.due(artifact.meta, any(c.passed for c in cands)):
+            # The plan's last resort, now that nothing else passed: the INT8 stage's own work (with its fallback
             # search), which it deferred to us, or which the route predicted would not be needed.
             own = next((c for c in cands if c.recipe == "input"), cands[0])
-            name = f"{own.backend}-int8-{route.details.get('flavour')}" if routed and route else own.name
-            last = Candidate(f"{name} ({'last resort' if routed else 'fallback'})", own.backend, "int8", "fallback",
-                             simplicity=8)
+            last = Candidate(step.candidate_name(own.name, own.backend), own.backend, "int8", "fallback", simplicity=8)
             cands.append(last)
             _, timing["fallback"] = self._search([last], artifact, workdir, calib, ev, judge, cfg, float_art)
         chosen, why = choose(cands)
@@ -224,7 +221,7 @@ class BuildCpuStage(Stage):
             details["int8_vs_fp32"] = versus.to_json()
         if route is not None:  # the fast search's route (optcli/cpu/route.py): which stages it left out
             details["route"] = route.to_json()
-        twins = self.ctx.facts.get("unpad_twins")
+        twins = self.ctx.state.unpad_twins
         if twins:  # the unpad rewrite of the exporter's graph, made for the candidates that start from it
             details["unpad_source"] = [{k: v for k, v in t.items() if k != "path"} for t in twins.values()]
         leftover = workdir / UNPADDED_SOURCE
@@ -276,7 +273,7 @@ class BuildCpuStage(Stage):
                 check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
             specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
-            return float_art, (calib, ev, *reference_outputs(self.ctx.samples, float_art.path, float_art.sha256, ev,
+            return float_art, (calib, ev, *reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
                                                              self.ctx.runners, self.ctx.config.bench.threads))
         from optcli.backends.torch.runner import TorchRunner
 
@@ -311,7 +308,7 @@ class BuildCpuStage(Stage):
         result, timing = search_candidates(
             cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), release_runner=self.ctx.runners.release, arrays=arrays,
-            batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.facts.get("deadline"),
+            batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.state.deadline,
             budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1), weight_bytes=weights)
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing

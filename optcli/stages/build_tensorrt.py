@@ -16,7 +16,7 @@ that needs a GPU, the TensorRT preflight (optcli.backends.tensorrt.preflight) fi
 against TensorRT's documented parser support, before any GPU time is spent; TensorRT-RTX's own parser
 runs right here instead. Parser failures end the stage with (node, op, message) in its reason.
 
-Test seam: `ctx.facts["tensorrt_module"]` and `ctx.facts["tensorrt_machine"]` replace the real
+Test seam: `ctx.state.tensorrt_module` and `ctx.state.tensorrt_machine` replace the real
 `tensorrt` module and the probed machine (contract tests pass a test double of the API slice).
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ from optcli.backends.tensorrt.toolkit import Toolkit
 from optcli.errors import UsageError
 from optcli.onnx_model import graph_view, io_specs
 from optcli.optional_imports import require
+from optcli.plan.stage_names import StageName
 from optcli.stages.base import Stage, StageResult, register
 from optcli.targets import tensorrt_family
 from optcli.tensor_spec import TensorSpec
@@ -46,7 +47,7 @@ from optcli.tensor_spec import TensorSpec
 class BuildTensorRTStage(Stage):
     """ONNX -> TensorRT engine (strongly typed; profiles, workspace, opt level, compatibility)."""
 
-    name = "build-tensorrt"
+    name = StageName.BUILD_TENSORRT
     order = 50
     builds_deployable = True
     config_section = "tensorrt"
@@ -59,7 +60,7 @@ class BuildTensorRTStage(Stage):
     def skip_reason(self, artifact: Artifact) -> str | None:
         if not tensorrt_family(self.ctx.target):
             if self.ctx.config.target == "auto":
-                return f"no TensorRT here: {self.ctx.facts.get('target_reason') or 'not detected'}"
+                return f"no TensorRT here: {self.ctx.state.target_reason or 'not detected'}"
             return f"target is {self.ctx.target}"
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
@@ -78,14 +79,14 @@ class BuildTensorRTStage(Stage):
         return load_object(self.backend().toolkit or "")
 
     def _trt(self) -> Any:
-        injected = self.ctx.facts.get("tensorrt_module")
+        injected = self.ctx.state.tensorrt_module
         if injected is not None:
             return injected
         toolkit = self.toolkit()
         return require(toolkit.module, f"building {toolkit.label} engines")
 
     def machine(self) -> Machine:
-        injected = self.ctx.facts.get("tensorrt_machine")
+        injected = self.ctx.state.tensorrt_machine
         if injected is not None:
             return injected
         toolkit = self.toolkit()

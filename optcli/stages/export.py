@@ -32,6 +32,7 @@ from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
+from optcli.plan.stage_names import StageName
 from optcli.report import DynamicSequence, ExportAttempt, ExportDetails
 from optcli.sequence_axis import SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis, with_length
 from optcli.stages.base import Stage, StageResult, config_dict, register
@@ -87,7 +88,7 @@ def _native_output_silenced() -> Any:
 class ExportStage(Stage):
     """PyTorch (.pt2, TorchScript, file.py:factory) -> ONNX."""
 
-    name = "export"
+    name = StageName.EXPORT
     order = 10
     # Its "before" is PyTorch, which has no setting: the exported graph is timed as the next stage that
     # runs will time it ("disabled" before simplify; "all" where the fast route goes to unpad, quantize or

@@ -21,6 +21,7 @@ from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histogram
 from optcli.optional_imports import require
+from optcli.plan.stage_names import StageName
 from optcli.report import FuseDetails, FusionCounts
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
@@ -37,7 +38,7 @@ def fusions_made(before: dict[str, int], after: dict[str, int]) -> dict[str, dic
 class FuseStage(Stage):
     """ONNX -> fused ONNX (onnxruntime offline optimizer, transformer fusions for encoders)."""
 
-    name = "fuse"
+    name = StageName.FUSE
     order = 30
 
     @classmethod
@@ -45,11 +46,9 @@ class FuseStage(Stage):
         return config.fuse.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        from optcli.cpu.route import stage_skip
-
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        return stage_skip(self.ctx, artifact, self.name)
+        return self.ctx.plan.skip_reason(self.name)
 
     def level(self) -> str:
         # TensorRT's parser takes plain ONNX only; the quantizers only know plain ONNX ops (a FusedConv

@@ -16,6 +16,7 @@ from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
 from optcli.onnx_model import load_onnx, save_onnx
 from optcli.optional_imports import require
+from optcli.plan.stage_names import StageName
 from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
 from optcli.report import QuantizeFp16Details
@@ -33,7 +34,7 @@ RUNNER_OPTIONS = {"disabled_optimizers": ["NchwcTransformer"]}
 class QuantizeFp16Stage(Stage):
     """FP32 ONNX -> FP16 ONNX (FP32 I/O), gated on accuracy."""
 
-    name = "quantize-fp16"
+    name = StageName.QUANTIZE_FP16
     order = 40
     measure_optimization = "all"
 

@@ -9,7 +9,8 @@ from typing import Any
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
-from optcli.quantize.int8_with_fallback import fallback_deferred, quantize_int8
+from optcli.plan.stage_names import StageName
+from optcli.quantize.int8_with_fallback import quantize_int8
 from optcli.quantize.tolerance import effective
 from optcli.stages.base import Stage, StageResult, config_dict, register
 
@@ -18,7 +19,7 @@ from optcli.stages.base import Stage, StageResult, config_dict, register
 class QuantizeInt8Stage(Stage):
     """FP32 ONNX -> INT8 ONNX (Q/DQ or dynamic), gated on accuracy, with automatic fallback."""
 
-    name = "quantize-int8"
+    name = StageName.QUANTIZE_INT8
     order = 40
     measure_optimization = "all"
 
@@ -27,11 +28,9 @@ class QuantizeInt8Stage(Stage):
         return config.quantize.precision == "int8"
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        from optcli.cpu.route import stage_skip
-
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        return stage_skip(self.ctx, artifact, self.name)
+        return self.ctx.plan.skip_reason(self.name)
 
     def tolerance(self) -> Any:
         a = self.ctx.config.accuracy
@@ -50,7 +49,7 @@ class QuantizeInt8Stage(Stage):
                 "flavours": table, "methods": {"bins": 2048, "percentile": 99.99},
                 "u8s8_saturates": flavour.u8s8_saturates(),  # 7-bit weights on this CPU
                 "int8_fp16": _int8_fp16(self.ctx),                # TensorRT: the float parts in FP16
-                "fallback_deferred": fallback_deferred(self.ctx)}
+                "fallback_deferred": self.ctx.plan.int8_fallback_deferred}
 
     def heldout_rows(self, before: Artifact) -> Any:
         from optcli.calibration.split import split_calibration
@@ -60,11 +59,9 @@ class QuantizeInt8Stage(Stage):
         return split_calibration(self.ctx.config.quantize, specs, holdout_needed=True)[1]
 
     def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
-        from optcli.quantize.int8_with_fallback import cpu_candidates_follow
-
         # Within the tolerance of the user's model, as when it was built; a record's word that build-cpu has
-        # the last say (gate_deferred_to) holds only where build-cpu's own INT8 candidates follow in this run.
-        if not cpu_candidates_follow(self.ctx):
+        # the last say (gate_deferred_to) holds only where the plan defers the gate in this run.
+        if not self.ctx.plan.int8_gate_deferred:
             accuracy = {k: v for k, v in accuracy.items() if k != "gate_deferred_to"}
         return self.gate(accuracy)
 
@@ -82,7 +79,7 @@ class QuantizeInt8Stage(Stage):
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         out, details, accuracy = quantize_int8(self.ctx, artifact, workdir, self.tolerance(), self.name,
-                                               defer_fallback=fallback_deferred(self.ctx))
+                                               defer_fallback=self.ctx.plan.int8_fallback_deferred)
         return StageResult(out, details, accuracy=accuracy)
 
 

@@ -12,6 +12,7 @@ from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
 from optcli.optional_imports import require, torch_if_own_process
+from optcli.plan.stage_names import StageName
 from optcli.report import SimplifyDetails
 from optcli.stages.base import Stage, StageResult, config_dict, register
 from optcli.targets import tensorrt_family
@@ -23,7 +24,7 @@ CONTRIB_FUSIONS = ("fuse_attention", "fuse_gqa")
 class SimplifyStage(Stage):
     """ONNX -> smaller ONNX with the same outputs (onnxsim)."""
 
-    name = "simplify"
+    name = StageName.SIMPLIFY
     order = 20
 
     @classmethod
@@ -31,11 +32,9 @@ class SimplifyStage(Stage):
         return config.simplify.enabled
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        from optcli.cpu.route import stage_skip
-
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
-        return stage_skip(self.ctx, artifact, self.name)
+        return self.ctx.plan.skip_reason(self.name)
 
     def fingerprint(self) -> dict[str, Any]:
         return {**config_dict(self.ctx.config.simplify), "skipped_optimizers": self.skipped_optimizers()}

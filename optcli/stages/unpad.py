@@ -22,6 +22,7 @@ from typing import Any
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD
+from optcli.plan.stage_names import StageName
 from optcli.stages.base import Stage, StageResult, register
 from optcli.targets import tensorrt_family
 from optcli.unpad.options import unpad_config
@@ -31,7 +32,7 @@ from optcli.unpad.options import unpad_config
 class UnpadStage(Stage):
     """ONNX -> ONNX that skips padded tokens (same outputs on valid positions)."""
 
-    name = "unpad"
+    name = StageName.UNPAD
     order = 35
     config_section = "unpad"
     measure_optimization = "all"  # before/after on all-ones masks: the rewrite's cost on unpadded input
@@ -104,7 +105,7 @@ class UnpadStage(Stage):
             from optcli.quantize.evaluate import remember_reference
 
             # The proof ran the rewrite on every held-out row: later stages' FP32 reference on that data.
-            remember_reference(self.ctx.samples, made.sha256, held_out.samples, held_out.outputs)
+            remember_reference(self.ctx.state.fp32_outputs, made.sha256, held_out.samples, held_out.outputs)
         return StageResult(made, details)
 
     def _held_out(self) -> Any:

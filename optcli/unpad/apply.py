@@ -14,6 +14,7 @@ from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.calibration.dataset import SampleSet
 from optcli.onnx_model import load_onnx, save_onnx
+from optcli.plan.stage_names import StageName
 from optcli.tensor_spec import TensorSpec, random_inputs
 
 # Beside build-cpu's candidates: the rewrite of the graph OpenVINO's candidates start from.
@@ -212,11 +213,11 @@ TWIN_SAMPLES = 4
 def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
                   known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, Any]]:
     """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
-    once per run in `workdir` (`stage.facts` remembers it, or why not): (the artifact or None, facts).
+    once per run in `workdir` (`stage.state.unpad_twins` remembers it, or why not): (the artifact or None, facts).
     `known_axes`: the outputs' sequence axes the unpad stage found (spares the probe)."""
     from optcli.unpad.verify import GraphRuns
 
-    twins = stage.facts.setdefault("unpad_twins", {})
+    twins = stage.state.unpad_twins
     if first.sha256 not in twins:
         out = workdir / UNPADDED_SOURCE
         details: dict[str, Any] = {"graph": first.path.name}
@@ -229,4 +230,4 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
     facts = twins[first.sha256]
     if not facts["applied"]:
         return None, facts
-    return Artifact(Path(facts["path"]), ONNX, "fp32", stage="unpad", parent=first.sha256), facts
+    return Artifact(Path(facts["path"]), ONNX, "fp32", stage=StageName.UNPAD, parent=first.sha256), facts

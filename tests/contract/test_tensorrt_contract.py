@@ -23,6 +23,7 @@ from optcli.backends.torch.loader import ModelSource
 from optcli.config import CompileConfig
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs
+from optcli.plan.run_state import RunState
 from optcli.stages.base import StageContext
 from optcli.stages.build_tensorrt import BuildTensorRTStage
 
@@ -284,7 +285,7 @@ def _stage(tmp_path: Path, model: Path, trt, machine: Machine, section: dict | N
     section = section or {"engine_cache": str(tmp_path / "engines"), "timing_cache": str(tmp_path / "t.cache")}
     config = CompileConfig(model=str(model), target="tensorrt", extra={"tensorrt": section})
     ctx = StageContext(config=config, source=ModelSource(str(model), model, "onnx"), inputs=[], target="tensorrt",
-                       out_dir=tmp_path, facts={"tensorrt_module": trt, "tensorrt_machine": machine})
+                       out_dir=tmp_path, state=RunState(tensorrt_module=trt, tensorrt_machine=machine))
     return BuildTensorRTStage(ctx)
 
 

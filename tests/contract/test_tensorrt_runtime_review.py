@@ -26,6 +26,7 @@ from optcli.backends.tensorrt.options import TensorRTConfig  # noqa: E402
 from optcli.backends.tensorrt.profiles import build_profiles  # noqa: E402
 from optcli.errors import UsageError  # noqa: E402
 from optcli.onnx_model import io_specs  # noqa: E402
+from optcli.plan.run_state import RunState  # noqa: E402
 from optcli.tensor_spec import parse_input_spec  # noqa: E402
 
 
@@ -254,7 +255,7 @@ def test_f8_the_build_stage_records_tensorrts_cuda_major(monkeypatch):
     monkeypatch.setattr(probe, "tensorrt_status", lambda: status)
     from optcli.backends.tensorrt.toolkit import TENSORRT
 
-    stage = types.SimpleNamespace(ctx=types.SimpleNamespace(facts={}), toolkit=lambda: TENSORRT)
+    stage = types.SimpleNamespace(ctx=types.SimpleNamespace(state=RunState()), toolkit=lambda: TENSORRT)
     assert BuildTensorRTStage.machine(stage).cuda == "12"   # type: ignore[arg-type]
 
 

@@ -121,6 +121,40 @@ def test_the_structural_check_finds_what_it_looks_for(tmp_path: Path, monkeypatc
     assert sorted(int(line.split(":")[1]) for line in backend_knowledge_outside_backends()) == [1, 2, 3, 5]
 
 
+def names_compared_outside_backends() -> list[str]:
+    """`file:line: code` of every comparison outside optcli/backends/, whatever its subject, with a registered
+    backend's or target's name as a string constant: what a stage, the planner or the CLI needs to know of a
+    backend belongs in its descriptor (registry.Backend), asked through a lookup, never by its name."""
+    names = {*registry.names(), *registry.targets()}
+    found = []
+    for f in sorted(ROOT.rglob("*.py")):
+        if (ROOT / "backends") in f.parents:
+            continue
+        text = f.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Compare):
+                literals = {s for o in (node.left, *node.comparators) for s in _strings(o)}
+                if literals & names:
+                    found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return found
+
+
+def test_no_backend_or_target_name_is_compared_outside_the_backends_folder() -> None:
+    assert names_compared_outside_backends() == []
+
+
+def test_the_name_check_finds_comparisons_of_any_subject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any subject, not only `format` or `backend`: a target held in a local, a config field, a call's result.
+    pkg = tmp_path / "optcli"
+    (pkg / "backends" / "x").mkdir(parents=True)
+    (pkg / "backends" / "x" / "inside.py").write_text('ok = kind == "tensorrt"\n')
+    (pkg / "plan.py").write_text('a = ctx.config.target == "tensorrt"\nb = "openvino" != chosen\n'
+                                 'c = pick() in ("inductor", "x")\nd = level == "extended"\n'
+                                 'e = kind not in {"tensorrt-rtx"}\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    assert sorted(int(line.split(":")[1]) for line in names_compared_outside_backends()) == [1, 2, 3, 5]
+
 def test_lookups_by_name_format_and_suffix() -> None:
     assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
     assert sorted(registry.targets()) == ["tensorrt", "tensorrt-rtx"] and registry.for_target("cpu") is None

@@ -1,6 +1,7 @@
-"""The fast search's route on a CPU (optcli/cpu/route.py): where the priors say onnxruntime's INT8 route
-cannot win, simplify, fuse and the quantize stage are left out; everywhere else they run. Real graphs
-(onnx.helper), the real priors and plan; the CPU's INT8 instruction set is the one thing set by the test."""
+"""The fast search's route on a CPU (optcli/cpu/route.py), as the run's plan holds it (optcli/plan/): where the
+priors say onnxruntime's INT8 route cannot win, simplify, fuse and the quantize stage are left out; everywhere
+else they run. Real graphs (onnx.helper), the real priors and plan; the CPU's INT8 instruction set is the one
+thing set by the test."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,9 +14,9 @@ from compile_testkit import make_masked_encoder
 from optcli.artifact import Artifact
 from optcli.backends.torch.loader import ModelSource
 from optcli.config import CompileConfig
-from optcli.cpu import route as route_mod
-from optcli.cpu.route import ONNXRUNTIME_ROUTE, cpu_route, stage_skip
+from optcli.cpu.route import ONNXRUNTIME_ROUTE, Route
 from optcli.onnx_model import io_specs, load_onnx, save_onnx
+from optcli.plan import ModelFeatures, RunPlan, StageName, plan_run
 from optcli.stages.base import StageContext
 
 pytest.importorskip("openvino")
@@ -45,6 +46,21 @@ def _ctx(path: Path, tmp_path: Path, *, target: str = "cpu", precision: str = "i
         config.extra["cpu"] = dict(cpu)
     return StageContext(config=config, source=ModelSource(str(path), path, "onnx"), inputs=io_specs(load_onnx(path))[0],
                         target=target, out_dir=tmp_path / "out")
+
+
+def _plan(ctx: StageContext, graph: Artifact) -> RunPlan:
+    """The run's plan, completed with `graph` (the first ONNX graph of the run), as the pipeline makes it."""
+    return plan_run(ctx.config, ModelFeatures(ctx.source.is_torch, graph), target=ctx.target)
+
+
+def cpu_route(ctx: StageContext, graph: Artifact) -> Route:
+    route = _plan(ctx, graph).route
+    assert route is not None
+    return route
+
+
+def stage_skip(ctx: StageContext, graph: Artifact, stage: str) -> str | None:
+    return _plan(ctx, graph).skip_reason(stage)
 
 
 @pytest.fixture()
@@ -135,12 +151,25 @@ def test_a_model_too_large_for_openvinos_builds_keeps_it(tmp_path: Path, vnni: N
     assert r.skip is None and r.details["because"] == "no other route"
 
 
-def test_the_route_is_decided_once_per_run(tmp_path: Path, vnni: None) -> None:
+def test_the_plan_waits_for_the_first_graph_once_and_then_holds(tmp_path: Path, vnni: None) -> None:
     enc, cnn = _encoder(tmp_path / "enc.onnx"), _conv(tmp_path / "small.onnx", 8)
     ctx = _ctx(enc, tmp_path)
-    first = cpu_route(ctx, Artifact(enc, "onnx"))
-    assert cpu_route(ctx, Artifact(cnn, "onnx")) is first  # later graphs of the run do not re-decide
-    assert route_mod.stage_skip(ctx, Artifact(cnn, "onnx"), "fuse") is not None
+    names = [StageName.EXPORT, StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8, StageName.BUILD_CPU]
+    before = plan_run(ctx.config, ModelFeatures(False), target="cpu", stages=names)
+    assert before.route is None and before.skip_reason(StageName.SIMPLIFY) is None
+    # only a stage the route governs, asked about an ONNX graph, completes it
+    assert before.needs_graph(StageName.SIMPLIFY, Artifact(enc, "onnx"))
+    assert not before.needs_graph(StageName.EXPORT, Artifact(enc, "onnx"))
+    assert not before.needs_graph(StageName.SIMPLIFY, Artifact(tmp_path / "m.pt2", "pt2"))
+    plan = plan_run(ctx.config, ModelFeatures(False, Artifact(enc, "onnx")), target="cpu", stages=names)
+    assert not plan.needs_graph(StageName.FUSE, Artifact(cnn, "onnx"))  # later graphs of the run do not re-decide
+    assert set(plan.skipped) == {StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8}
+    assert plan.last_resort is not None and plan.last_resort.label == "last resort"
+    assert plan.candidates[StageName.BUILD_CPU] and all(n.startswith(("onnxruntime", "openvino"))
+                                                         for n in plan.candidates[StageName.BUILD_CPU])
+    # a run without the route's stages has no route to wait for
+    bare = plan_run(ctx.config, ModelFeatures(False), target="cpu", stages=[StageName.EXPORT, StageName.BUILD_CPU])
+    assert not bare.route_pending and not bare.needs_graph(StageName.SIMPLIFY, Artifact(enc, "onnx"))
 
 
 def test_openvino_starts_from_the_unpad_stages_graph_where_it_rewrote_the_exporters(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from optcli.errors import UsageError
+from optcli.plan.run_state import RunState
 from optcli.quantize.flavour import TABLE
 from optcli.quantize.module_names import module_path, node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
@@ -231,7 +232,7 @@ def test_user_excludes_reads_a_graph_file_only_where_there_are_patterns(tmp_path
     monkeypatch.setattr(fallback, "graph_view", lambda p: parsed.append(p) or real(p))
 
     def ctx(patterns: list[str]) -> SimpleNamespace:
-        return SimpleNamespace(config=SimpleNamespace(quantize=SimpleNamespace(exclude_nodes=patterns)), facts={})
+        return SimpleNamespace(config=SimpleNamespace(quantize=SimpleNamespace(exclude_nodes=patterns)), state=RunState())
 
     assert fallback.user_excludes(ctx([]), path) == [] and not parsed
     assert fallback.user_excludes(ctx([names[0]]), path) == [names[0]] and parsed == [path]

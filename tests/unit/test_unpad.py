@@ -458,10 +458,10 @@ def test_the_proof_leaves_the_rewrites_outputs_on_every_held_out_row_as_the_fp32
     np.savez(data / "part-000.npz", **right_padded_feeds([3] * 20 + list(range(4, 31))))
     stage, artifact = stage_for(tiny, tmp_path, eval=data)
     made = run_stage(stage, artifact, tmp_path).artifact
-    assert stage.ctx.samples["fp32_outputs"]  # the stage filled it
+    assert stage.ctx.state.fp32_outputs  # the stage filled it
     ev = evaluation_set(stage.ctx.config.quantize, stage.ctx.inputs, stage.ctx.inputs, stage.ctx.int_high)
-    assert len(ev) == 47 and stage.ctx.samples["fp32_outputs"].keys() == {f"{made.sha256}:{ev.digest()}"}
-    shared, names = reference_outputs(stage.ctx.samples, made.path, made.sha256, ev)
+    assert len(ev) == 47 and stage.ctx.state.fp32_outputs.keys() == {f"{made.sha256}:{ev.digest()}"}
+    shared, names = reference_outputs(stage.ctx.state.fp32_outputs, made.path, made.sha256, ev)
     fresh, fresh_names = run_model(made.path, ev)
     assert names == fresh_names
     for a, b in zip(shared, fresh):
@@ -476,7 +476,7 @@ def test_a_refused_rewrite_leaves_no_reference(tmp_path: Path) -> None:
     np.savez(data / "part-000.npz", **right_padded_feeds([5, 9, 30, 2]))
     stage, artifact = stage_for(path, tmp_path, eval=data)
     assert run_stage(stage, artifact, tmp_path).details["applied"] is False
-    assert not stage.ctx.samples.get("fp32_outputs")
+    assert not stage.ctx.state.fp32_outputs
 
 
 def test_a_compile_runs_the_rewrite_on_the_held_out_rows_once(tmp_path: Path, monkeypatch) -> None:
