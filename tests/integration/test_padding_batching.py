@@ -1,0 +1,153 @@
+"""Padding-aware batching (optcli/batch_merge.py) on a real encoder: a BERT built from a transformers
+config (random weights), exported by the TorchScript exporter with dynamic batch and sequence axes.
+Concurrent batch-1 requests of different lengths share a batch padded to its longest member, and
+each caller gets what the model gives it alone: its own length on outputs with a sequence axis,
+equal at every position; the pooled output equal."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optcli
+from optcli.batch_merge import length, merge, merge_key, padding_plan, split
+from optcli.tensor_spec import TensorSpec
+
+LENGTHS = [5, 17, 9, 31, 3, 12, 24, 7]  # all different: without padding no two could share a batch
+ATOL = 1e-4
+
+
+def export_encoder(path: Path, hidden: int = 32, layers: int = 2) -> Path:
+    """A tiny BERT: last_hidden_state [batch, sequence, hidden] and masked-mean pooled [batch, hidden]."""
+    torch = pytest.importorskip("torch")
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=200, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                                intermediate_size=64, attn_implementation="eager"), add_pooling_layer=False).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            h = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids).last_hidden_state
+            m = attention_mask.unsqueeze(-1).to(h.dtype)
+            return h, (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes.update({"last_hidden_state": {0: "batch", 1: "sequence"}, "pooled": {0: "batch"}})
+    example = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in names)
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), example, str(path), dynamo=False, opset_version=17, input_names=names,
+                          output_names=["last_hidden_state", "pooled"], dynamic_axes=axes)
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_encoder(tmp_path_factory.mktemp("padding") / "encoder.onnx")
+
+
+def request(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, 200, (1, n)).astype(np.int64)
+    types = (np.arange(n) >= n // 2).astype(np.int64)[None]  # two segments: a token type that is not 0
+    return {"input_ids": ids, "attention_mask": np.ones((1, n), np.int64), "token_type_ids": types}
+
+
+def call_together(fn, items: list) -> list:  # type: ignore[no-untyped-def]
+    gate = threading.Barrier(len(items))
+    out: list = [None] * len(items)
+
+    def worker(i: int) -> None:
+        gate.wait()
+        out[i] = fn(items[i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out
+
+
+def alone(path: Path, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    with optcli.load(path) as model:
+        return [model.predict(r) for r in requests]
+
+
+def assert_each_as_alone(got: list[dict[str, np.ndarray]], want: list[dict[str, np.ndarray]]) -> None:
+    for g, w, n in zip(got, want, LENGTHS):
+        assert g["last_hidden_state"].shape == w["last_hidden_state"].shape == (1, n, 32)
+        np.testing.assert_allclose(g["last_hidden_state"], w["last_hidden_state"], atol=ATOL, rtol=1e-4)
+        np.testing.assert_allclose(g["pooled"], w["pooled"], atol=ATOL, rtol=1e-4)
+
+
+def test_mixed_lengths_share_a_batch_and_each_caller_gets_its_own_answer(encoder_onnx: Path) -> None:
+    requests = [request(n, i) for i, n in enumerate(LENGTHS)]
+    want = alone(encoder_onnx, requests)
+    # A long delay: every caller is queued before the first batch goes, whatever the machine's load.
+    policy = {"max_batch_size": len(LENGTHS), "max_queue_delay_microseconds": 2_000_000}
+    with optcli.load(encoder_onnx, batching=policy) as model:
+        got = call_together(model.predict, requests)
+        stats = model.stats()
+    assert_each_as_alone(got, want)
+    assert max(stats["histogram"]) > 1, f"mixed lengths never shared a batch: {stats}"
+    with optcli.load(encoder_onnx, batching={**policy, "padding": "off"}) as model:
+        call_together(model.predict, requests)
+        assert set(model.stats()["histogram"]) == {1}  # padding off: different lengths never mix
+
+
+def test_a_batch_padded_to_its_longest_equals_each_request_alone(encoder_onnx: Path) -> None:
+    """The merge itself, on the real model: one padded call, split and cut back per request."""
+    requests = [request(n, i) for i, n in enumerate(LENGTHS)]
+    want = alone(encoder_onnx, requests)
+    with optcli.load(encoder_onnx) as model:
+        plan = padding_plan(model.inputs, model.outputs)
+        assert plan is not None and plan.inputs == {"input_ids", "attention_mask", "token_type_ids"}
+        assert plan.outputs == {"last_hidden_state"}
+        feeds = [model.normalize(r) for r in requests]
+        batch = merge(feeds, plan)
+        assert batch["input_ids"].shape == (len(LENGTHS), max(LENGTHS))
+        assert batch["attention_mask"].sum() == sum(LENGTHS)  # padding is masked out
+        outs = model.run_normalized(batch)
+        parts = split(outs, [1] * len(LENGTHS), [o.name for o in model.outputs], [length(f, plan) for f in feeds],
+                      plan)
+    assert_each_as_alone([dict(zip(["last_hidden_state", "pooled"], p)) for p in parts], want)
+
+
+def test_bucket_padding_groups_by_length(encoder_onnx: Path) -> None:
+    requests = [request(n, i) for i, n in enumerate(LENGTHS)]
+    want = alone(encoder_onnx, requests)
+    policy = {"max_batch_size": len(LENGTHS), "max_queue_delay_microseconds": 2_000_000, "padding": "bucket",
+              "padding_bucket": 16}
+    with optcli.load(encoder_onnx, batching=policy) as model:
+        got = call_together(model.predict, requests)
+        hist = model.stats()["histogram"]
+    assert_each_as_alone(got, want)
+    # Buckets of 16: 3,5,7,9,12 (5 requests) | 17,24,31 (3 requests): never one batch of all 8.
+    assert max(hist) <= 5 and sum(k * v for k, v in hist.items()) == len(LENGTHS) and len(hist) >= 1
+
+
+def test_what_padding_needs_from_a_model() -> None:
+    ids = TensorSpec("input_ids", ("batch", "sequence"), "int64")
+    mask = TensorSpec("attention_mask", ("batch", "sequence"), "int64")
+    out = TensorSpec("h", ("batch", "sequence", 8))
+    pooled = TensorSpec("p", ("batch", 8))
+    assert padding_plan([ids, mask], [out, pooled]).outputs == {"h"}  # type: ignore[union-attr]
+    assert padding_plan([ids], [out]) is None  # no mask: padding would change what the model computes
+    assert padding_plan([TensorSpec("input_ids", ("batch", 128), "int64"),
+                         TensorSpec("attention_mask", ("batch", 128), "int64")], [out]) is None  # fixed length
+    assert padding_plan([ids, mask, TensorSpec("decoder_input_ids", ("batch", "d"), "int64")], [out]) is None
+    plan = padding_plan([ids, mask], [out], bucket=16)
+    short = {"input_ids": np.ones((1, 5), np.int64), "attention_mask": np.ones((1, 5), np.int64)}
+    other = {k: np.ones((1, 15), np.int64) for k in short}
+    long = {k: np.ones((1, 17), np.int64) for k in short}
+    assert merge_key(short, plan) == merge_key(other, plan) != merge_key(long, plan)
+    assert merge_key(short) != merge_key(other)  # no plan: equal shapes only
