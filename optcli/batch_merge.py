@@ -10,12 +10,13 @@ longest member (ids, token types and positions with 0, the mask with 0), so the 
 batch only up to that extent, and every output whose dim 1 is that padded length is cut back to the
 request's own length (pooled outputs, without a sequence axis, come back as they are). Masked
 positions do not change what an encoder computes at the valid ones, so each caller gets what it
-would get alone (to float rounding). With a bucket, only requests whose lengths round up to the same
-multiple of it share a batch (grouping by length instead of padding a short request to a long one).
+would get alone (to float rounding). With a bucket, the requests gathered run as a few sub-batches of
+similar length (optcli/length_buckets.py's grouping: lengths rounded up to the bucket, at most
+`max_groups` groups), so a short request is not padded to a long one.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -31,15 +32,16 @@ class PaddingPlan:
     """Which inputs may be right-padded along dim 1, and which outputs may carry that axis back.
 
     `outputs`: names whose dim 1 is dynamic (or unknown): cut back where it equals the padded length.
-    `bucket`: None pads any lengths together; N keeps requests in the same ceil(length / N) apart."""
+    `bucket`: None pads a batch to its longest; N runs it as sub-batches by length (run_padded)."""
 
     inputs: frozenset[str]
     outputs: frozenset[str]
     bucket: int | None = None
+    max_groups: int = 4
 
 
 def padding_plan(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                 bucket: int | None = None) -> PaddingPlan | None:
+                 bucket: int | None = None, max_groups: int = 4) -> PaddingPlan | None:
     """The plan for an encoder whose text inputs (one group, with a mask) have a dynamic dim 1; None
     where padding could change the answers (no mask, a fixed length, several sequence groups)."""
     from optcli.sequence_axis import GROUPS
@@ -49,7 +51,7 @@ def padding_plan(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
     if not seq or len(set(seq.values())) != 1 or not any("mask" in name for name in seq):
         return None
     outs = frozenset(s.name for s in outputs if not s.shape or (len(s.shape) >= 2 and not isinstance(s.shape[1], int)))
-    return PaddingPlan(frozenset(seq), outs, bucket)
+    return PaddingPlan(frozenset(seq), outs, bucket, max_groups)
 
 
 def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
@@ -73,8 +75,8 @@ def length(feeds: dict[str, Any], plan: PaddingPlan | None) -> int | None:
 
 def merge_key(feeds: dict[str, Any], plan: PaddingPlan | None = None) -> tuple[Any, ...] | None:
     """What must match for two requests to share a batch: every input's non-batch shape and dtype, but
-    for the sequence inputs under a plan only their length's bucket. None for a request whose inputs
-    disagree on dim 0 (or a scalar input): it always runs alone."""
+    not the length of the sequence inputs under a plan. None for a request whose inputs disagree on
+    dim 0 (or a scalar input): it always runs alone."""
     key, size = [], None
     seq = length(feeds, plan)
     for name, value in feeds.items():
@@ -83,7 +85,7 @@ def merge_key(feeds: dict[str, Any], plan: PaddingPlan | None = None) -> tuple[A
             return None
         size = shape[0]
         if seq is not None and plan is not None and name in plan.inputs:
-            shape = (shape[0], -(-seq // plan.bucket) if plan.bucket else "any")
+            shape = (shape[0], "any")
         key.append((name, shape[1:], value.dtype))
     return tuple(key)
 
@@ -148,3 +150,23 @@ def split(outputs: list[Any], sizes: list[int], names: list[str], lengths: list[
     cut = [name in plan.outputs and len(out.shape) >= 2 and int(out.shape[1]) == width
            for name, out in zip(names, outputs)]
     return [[o[:, :n] if c else o for o, c in zip(part, cut)] for part, n in zip(parts, lengths)]
+
+
+def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[str, Any]], names: list[str],
+               plan: PaddingPlan | None = None) -> list[list[Any]]:
+    """Run requests that share a merge_key as one batch (or, with a bucket, a few sub-batches of
+    similar length); per request, its outputs (its rows, cut back to its own length)."""
+    lengths = [length(r, plan) for r in requests]
+    groups = [list(range(len(requests)))]
+    if plan is not None and plan.bucket and len(requests) > 2 and None not in lengths and len(set(lengths)) > 1:
+        from optcli.length_buckets import BucketOptions, group_lengths
+
+        groups = [[int(i) for i in g] for g in
+                  group_lengths(np.array(lengths), BucketOptions(plan.bucket, plan.max_groups))]
+    out: list[list[Any]] = [[] for _ in requests]
+    for group in groups:
+        members = [requests[i] for i in group]
+        parts = split(run(merge(members, plan)), [rows(r) for r in members], names, [lengths[i] for i in group], plan)
+        for i, part in zip(group, parts):
+            out[i] = part
+    return out

@@ -8,7 +8,8 @@ when a backend handle frees up goes as one batch, so batches grow exactly when t
 Requests are merged when every input has the same non-batch shape and dtype; for an encoder with a
 dynamic sequence axis, requests of different lengths share a batch padded to its longest member and
 each caller gets its outputs cut back to its own length (`padding`: "longest", the default; "bucket":
-only lengths in the same `padding_bucket` share a batch; "off": equal shapes only). The merge is
+the gathered batch runs as a few sub-batches of similar length, by `padding_bucket`; "off": equal
+shapes only). The merge is
 optcli/batch_merge.py, shared with the model that `optcli serve` runs inside Triton.
 """
 from __future__ import annotations
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from optcli.batch_merge import PaddingPlan, batch_blocker, length, merge, merge_key, padding_plan, rows, split
+from optcli.batch_merge import PaddingPlan, batch_blocker, merge_key, padding_plan, rows, run_padded
 from optcli.errors import UsageError
-from optcli.length_buckets import DEFAULT_BUCKET
+from optcli.length_buckets import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
 
 _KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size, padding, padding_bucket"
 PADDING = ("longest", "bucket", "off")
@@ -61,8 +62,8 @@ class BatchingOptions:
         object.__setattr__(self, "preferred_batch_size", preferred)
         if self.padding not in PADDING:
             raise UsageError(f"batching padding {self.padding!r}: must be one of {', '.join(PADDING)}",
-                             hint="longest: pad a batch to its longest request; bucket: group lengths by "
-                                  "padding_bucket; off: equal shapes only")
+                             hint="longest: pad a batch to its longest request; bucket: run it as sub-batches "
+                                  "of similar length (padding_bucket); off: equal shapes only")
         if isinstance(self.padding_bucket, bool) or not isinstance(self.padding_bucket, int) or self.padding_bucket < 1:
             raise UsageError(f"batching padding_bucket {self.padding_bucket!r}: must be an integer >= 1",
                              hint="e.g. padding_bucket=16")
@@ -71,7 +72,8 @@ class BatchingOptions:
         """The padding plan for this runner's model under these options (None: equal shapes only)."""
         if self.padding == "off":
             return None
-        return padding_plan(runner.inputs, runner.outputs, self.padding_bucket if self.padding == "bucket" else None)
+        bucket = self.padding_bucket if self.padding == "bucket" else None
+        return padding_plan(runner.inputs, runner.outputs, bucket, DEFAULT_MAX_GROUPS)
 
     @property
     def delay_s(self) -> float:
@@ -157,12 +159,11 @@ class _Request:
     """One call in the queue. A caller of run() waits on `wake` (made only if it has to wait) for its
     result or for its turn to lead; a predict_async call has a Future instead."""
 
-    __slots__ = ("feeds", "rows", "key", "length", "enqueued", "future", "wake", "lead", "done", "result", "error")
+    __slots__ = ("feeds", "rows", "key", "enqueued", "future", "wake", "lead", "done", "result", "error")
 
     def __init__(self, feeds: dict[str, Any], future: Future | None, plan: PaddingPlan | None) -> None:
         self.feeds = feeds
         self.key = merge_key(feeds, plan)
-        self.length = length(feeds, plan)
         self.rows = rows(feeds)
         self.enqueued = time.perf_counter()
         self.future = future
@@ -297,8 +298,7 @@ class _Batcher:
         results: list[dict[str, Any]] = []
         error: BaseException | None = None
         try:
-            outputs = self.runner.run_normalized(merge([r.feeds for r in batch], self.plan))
-            parts = split(outputs, [r.rows for r in batch], self.names, [r.length for r in batch], self.plan)
+            parts = run_padded(self.runner.run_normalized, [r.feeds for r in batch], self.names, self.plan)
             results = [dict(zip(self.names, outs)) for outs in parts]
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
             error = exc

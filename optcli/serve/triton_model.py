@@ -88,7 +88,7 @@ class OptcliTritonModel:
 
         dlpack = int(np.__version__.split(".")[0]) >= 2  # see the module docstring
 
-        from optcli.batch_merge import length, merge, merge_key, rows, split
+        from optcli.batch_merge import merge_key, run_padded
         from optcli.errors import OptcliError
 
         responses: list[Any] = [None] * len(requests)
@@ -111,9 +111,7 @@ class OptcliTritonModel:
             groups.setdefault(key if key is not None else ("alone", i), []).append((i, feeds))
         for members in groups.values():
             try:
-                outputs = self.runner.run_normalized(merge([f for _, f in members], self.plan))
-                parts = split(outputs, [rows(f) for _, f in members], self.output_names,
-                              [length(f, self.plan) for _, f in members], self.plan)
+                parts = run_padded(self.runner.run_normalized, [f for _, f in members], self.output_names, self.plan)
             except Exception as exc:  # noqa: BLE001 - the model's failure goes back to these callers
                 for i, _ in members:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
