@@ -10,9 +10,16 @@ longest member (ids, token types and positions with 0, the mask with 0), so the 
 batch only up to that extent, and every output whose dim 1 is that padded length is cut back to the
 request's own length (pooled outputs, without a sequence axis, come back as they are). Masked
 positions do not change what an encoder computes at the valid ones, so each caller gets what it
-would get alone (to float rounding). With a bucket, the requests gathered run as a few sub-batches of
-similar length (optcli/length_buckets.py's grouping: lengths rounded up to the bucket, at most
-`max_groups` groups), so a short request is not padded to a long one.
+would get alone (to float rounding).
+
+How a gathered batch is cut into calls (PaddingPlan.grouping):
+- "auto": requests sorted by length are split into the contiguous groups that minimise the padded work
+  plus a call's own cost, counted as CALL_ROWS more rows at the group's length (a batch-1 call of an
+  INT8 encoder on a CPU costs about twice its tokens' share of a well-filled batch: benchmarks/
+  padding_serving.py). A 12-token request then never pays for a 120-token one, and requests of close
+  lengths still share a call.
+- "longest": one call, every request padded to the longest.
+- "bucket": length_buckets' grouping (lengths rounded up to `bucket`, at most `max_groups` groups).
 """
 from __future__ import annotations
 
@@ -32,16 +39,17 @@ class PaddingPlan:
     """Which inputs may be right-padded along dim 1, and which outputs may carry that axis back.
 
     `outputs`: names whose dim 1 is dynamic (or unknown): cut back where it equals the padded length.
-    `bucket`: None pads a batch to its longest; N runs it as sub-batches by length (run_padded)."""
+    `grouping`: how a gathered batch is cut into calls: "auto", "longest" or "bucket" (module docstring)."""
 
     inputs: frozenset[str]
     outputs: frozenset[str]
-    bucket: int | None = None
+    grouping: str = "auto"
+    bucket: int = 16
     max_groups: int = 4
 
 
 def padding_plan(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                 bucket: int | None = None, max_groups: int = 4) -> PaddingPlan | None:
+                 grouping: str = "auto", bucket: int = 16, max_groups: int = 4) -> PaddingPlan | None:
     """The plan for an encoder whose text inputs (one group, with a mask) have a dynamic dim 1; None
     where padding could change the answers (no mask, a fixed length, several sequence groups)."""
     from optcli.sequence_axis import GROUPS
@@ -51,7 +59,7 @@ def padding_plan(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
     if not seq or len(set(seq.values())) != 1 or not any("mask" in name for name in seq):
         return None
     outs = frozenset(s.name for s in outputs if not s.shape or (len(s.shape) >= 2 and not isinstance(s.shape[1], int)))
-    return PaddingPlan(frozenset(seq), outs, bucket, max_groups)
+    return PaddingPlan(frozenset(seq), outs, grouping, bucket, max_groups)
 
 
 def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
@@ -154,15 +162,20 @@ def split(outputs: list[Any], sizes: list[int], names: list[str], lengths: list[
 
 def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[str, Any]], names: list[str],
                plan: PaddingPlan | None = None) -> list[list[Any]]:
-    """Run requests that share a merge_key as one batch (or, with a bucket, a few sub-batches of
-    similar length); per request, its outputs (its rows, cut back to its own length)."""
+    """Run requests that share a merge_key as one batch, or as the few sub-batches of similar length
+    the plan's grouping picks; per request, its outputs (its rows, cut back to its own length)."""
     lengths = [length(r, plan) for r in requests]
     groups = [list(range(len(requests)))]
-    if plan is not None and plan.bucket and len(requests) > 2 and None not in lengths and len(set(lengths)) > 1:
-        from optcli.length_buckets import BucketOptions, group_lengths
+    if plan is not None and plan.grouping != "longest" and len(requests) > 1 and None not in lengths \
+            and len(set(lengths)) > 1:
+        known = [int(n) for n in lengths if n is not None]
+        if plan.grouping == "bucket":
+            from optcli.length_buckets import BucketOptions, group_lengths
 
-        groups = [[int(i) for i in g] for g in
-                  group_lengths(np.array(lengths), BucketOptions(plan.bucket, plan.max_groups))]
+            groups = [[int(i) for i in g] for g in group_lengths(np.array(known), BucketOptions(plan.bucket,
+                                                                                                plan.max_groups))]
+        else:
+            groups = cheapest_groups(known, [rows(r) for r in requests])
     out: list[list[Any]] = [[] for _ in requests]
     for group in groups:
         members = [requests[i] for i in group]
@@ -170,3 +183,27 @@ def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[s
         for i, part in zip(group, parts):
             out[i] = part
     return out
+
+
+CALL_ROWS = 1.0  # a call's own cost, in rows of its length (module docstring)
+
+
+def cheapest_groups(lengths: list[int], sizes: list[int], call_rows: float = CALL_ROWS) -> list[list[int]]:
+    """Indices per call, shortest first: requests sorted by length, cut into the contiguous runs that
+    minimise the sum over calls of longest length x (rows + call_rows) (a 1-D partition, O(n^2))."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = [0.0] + [float("inf")] * len(order)
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        rows_in = 0
+        for i in range(j, 0, -1):  # the call holds order[i-1 .. j-1]; its longest is order[j-1]
+            rows_in += sizes[order[i - 1]]
+            cost = best[i - 1] + lengths[order[j - 1]] * (rows_in + call_rows)
+            if cost < best[j]:
+                best[j], cut[j] = cost, i - 1
+    groups: list[list[int]] = []
+    j = len(order)
+    while j:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]

@@ -7,9 +7,9 @@ has waited `max_queue_delay_microseconds`; with a delay of 0 (Triton's default) 
 when a backend handle frees up goes as one batch, so batches grow exactly when the model is busy.
 Requests are merged when every input has the same non-batch shape and dtype; for an encoder with a
 dynamic sequence axis, requests of different lengths share a batch padded to its longest member and
-each caller gets its outputs cut back to its own length (`padding`: "longest", the default; "bucket":
-the gathered batch runs as a few sub-batches of similar length, by `padding_bucket`; "off": equal
-shapes only). The merge is
+each caller gets its outputs cut back to its own length (`padding`: "auto", the default, runs the
+gathered batch as the calls of similar length that cost least; "longest": one call padded to the
+longest; "bucket": sub-batches by `padding_bucket`; "off": equal shapes only). The merge is
 optcli/batch_merge.py, shared with the model that `optcli serve` runs inside Triton.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from optcli.errors import UsageError
 from optcli.length_buckets import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
 
 _KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size, padding, padding_bucket"
-PADDING = ("longest", "bucket", "off")
+PADDING = ("auto", "longest", "bucket", "off")
 # CLI spellings (`--batching max-batch-size=16,delay-us=500`) for Triton's names.
 _ALIASES = {"max-batch-size": "max_batch_size", "max": "max_batch_size",
             "max-queue-delay-us": "max_queue_delay_microseconds", "max_queue_delay_us": "max_queue_delay_microseconds",
@@ -45,7 +45,7 @@ class BatchingOptions:
     max_batch_size: int = 8
     max_queue_delay_microseconds: int = 0
     preferred_batch_size: tuple[int, ...] = ()
-    padding: str = "longest"
+    padding: str = "auto"
     padding_bucket: int = DEFAULT_BUCKET
 
     def __post_init__(self) -> None:
@@ -62,8 +62,8 @@ class BatchingOptions:
         object.__setattr__(self, "preferred_batch_size", preferred)
         if self.padding not in PADDING:
             raise UsageError(f"batching padding {self.padding!r}: must be one of {', '.join(PADDING)}",
-                             hint="longest: pad a batch to its longest request; bucket: run it as sub-batches "
-                                  "of similar length (padding_bucket); off: equal shapes only")
+                             hint="auto: the cheapest calls of similar length; longest: one call padded to the "
+                                  "longest; bucket: sub-batches by padding_bucket; off: equal shapes only")
         if isinstance(self.padding_bucket, bool) or not isinstance(self.padding_bucket, int) or self.padding_bucket < 1:
             raise UsageError(f"batching padding_bucket {self.padding_bucket!r}: must be an integer >= 1",
                              hint="e.g. padding_bucket=16")
@@ -72,8 +72,7 @@ class BatchingOptions:
         """The padding plan for this runner's model under these options (None: equal shapes only)."""
         if self.padding == "off":
             return None
-        bucket = self.padding_bucket if self.padding == "bucket" else None
-        return padding_plan(runner.inputs, runner.outputs, bucket, DEFAULT_MAX_GROUPS)
+        return padding_plan(runner.inputs, runner.outputs, self.padding, self.padding_bucket, DEFAULT_MAX_GROUPS)
 
     @property
     def delay_s(self) -> float:

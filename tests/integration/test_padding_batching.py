@@ -14,44 +14,15 @@ import pytest
 import optcli
 from optcli.batch_merge import length, merge, merge_key, padding_plan, run_padded, split
 from optcli.tensor_spec import TensorSpec
+from serve_testkit import export_bert_encoder
 
 LENGTHS = [5, 17, 9, 31, 3, 12, 24, 7]  # all different: without padding no two could share a batch
 ATOL = 1e-4
 
 
-def export_encoder(path: Path, hidden: int = 32, layers: int = 2) -> Path:
-    """A tiny BERT: last_hidden_state [batch, sequence, hidden] and masked-mean pooled [batch, hidden]."""
-    torch = pytest.importorskip("torch")
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    bert = BertModel(BertConfig(vocab_size=200, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                                intermediate_size=64, attn_implementation="eager"), add_pooling_layer=False).eval()
-
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = bert
-
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
-            h = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                       token_type_ids=token_type_ids).last_hidden_state
-            m = attention_mask.unsqueeze(-1).to(h.dtype)
-            return h, (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes.update({"last_hidden_state": {0: "batch", 1: "sequence"}, "pooled": {0: "batch"}})
-    example = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in names)
-    with torch.no_grad():
-        torch.onnx.export(Encoder().eval(), example, str(path), dynamo=False, opset_version=17, input_names=names,
-                          output_names=["last_hidden_state", "pooled"], dynamic_axes=axes)
-    return path
-
-
 @pytest.fixture(scope="module")
 def encoder_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_encoder(tmp_path_factory.mktemp("padding") / "encoder.onnx")
+    return export_bert_encoder(tmp_path_factory.mktemp("padding") / "encoder.onnx")
 
 
 def request(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -140,12 +111,16 @@ def test_bucket_padding_groups_by_length(encoder_onnx: Path) -> None:
 
         names = [o.name for o in model.outputs]
         feeds = [model.normalize(r) for r in requests]
-        parts = run_padded(run, feeds, names, padding_plan(model.inputs, model.outputs, bucket=16))
+        parts = run_padded(run, feeds, names, padding_plan(model.inputs, model.outputs, "bucket", bucket=16))
         assert widths == [12, 31]  # buckets of 16: 3,5,7,9,12 | 17,24,31: a short request is not padded to 31
         assert_each_as_alone([dict(zip(names, p)) for p in parts], want)
         widths.clear()
-        run_padded(run, feeds, names, padding_plan(model.inputs, model.outputs))
+        run_padded(run, feeds, names, padding_plan(model.inputs, model.outputs, "longest"))
         assert widths == [31]
+        widths.clear()
+        parts = run_padded(run, feeds, names, padding_plan(model.inputs, model.outputs))  # auto
+        assert 1 < len(widths) < len(LENGTHS) and widths == sorted(widths) and widths[-1] == 31
+        assert_each_as_alone([dict(zip(names, p)) for p in parts], want)
 
 
 def test_what_padding_needs_from_a_model() -> None:
@@ -158,9 +133,29 @@ def test_what_padding_needs_from_a_model() -> None:
     assert padding_plan([TensorSpec("input_ids", ("batch", 128), "int64"),
                          TensorSpec("attention_mask", ("batch", 128), "int64")], [out]) is None  # fixed length
     assert padding_plan([ids, mask, TensorSpec("decoder_input_ids", ("batch", "d"), "int64")], [out]) is None
-    plan = padding_plan([ids, mask], [out], bucket=16)
+    plan = padding_plan([ids, mask], [out], "bucket", bucket=16)
     short = {"input_ids": np.ones((1, 5), np.int64), "attention_mask": np.ones((1, 5), np.int64)}
     other = {k: np.ones((1, 15), np.int64) for k in short}
     long = {k: np.ones((1, 17), np.int64) for k in short}
     assert merge_key(short, plan) == merge_key(other, plan) == merge_key(long, plan)
     assert merge_key(short) != merge_key(other)  # no plan: equal shapes only
+
+
+def test_auto_grouping_pays_for_padding_only_where_a_call_costs_more() -> None:
+    from optcli.batch_merge import cheapest_groups
+
+    # Equal lengths: one call. One long request among short ones: it runs apart.
+    assert cheapest_groups([20, 20, 20, 20], [1] * 4) == [[0, 1, 2, 3]]
+    assert cheapest_groups([10, 12, 11, 120], [1] * 4) == [[0, 2, 1], [3]]
+    # Close lengths share a call: padding 10 -> 12 costs less than a call of its own.
+    assert cheapest_groups([10, 12], [1, 1]) == [[0, 1]]
+    assert cheapest_groups([10, 40], [1, 1]) == [[0], [1]]
+    # Every index exactly once, groups contiguous in length, for any input.
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lens = [int(x) for x in rng.integers(2, 129, int(rng.integers(1, 33)))]
+        groups = cheapest_groups(lens, [1] * len(lens))
+        assert sorted(i for g in groups for i in g) == list(range(len(lens)))
+        tops = [max(lens[i] for i in g) for g in groups]
+        assert all(max(lens[i] for i in a) <= min(lens[i] for i in b) for a, b in zip(groups, groups[1:]))
+        assert tops == sorted(tops)
