@@ -101,7 +101,7 @@ def test_serve_batches_an_encoders_requests_of_different_lengths(tmp_path):
             for name, value in r.items():
                 inputs.append(grpcclient.InferInput(name, list(value.shape), "INT64"))
                 inputs[-1].set_data_from_numpy(value)
-            client.async_infer(ready["name"], inputs, callback=lambda res, err, i=i: done.put((i, res, err)),
+            client.async_infer(ready["name"], inputs, callback=lambda result, error, i=i: done.put((i, result, error)),
                                client_timeout=120)
         got: list[Any] = [None] * len(reqs)
         for _ in reqs:
