@@ -15,7 +15,7 @@ would get alone (to float rounding).
 How a gathered batch is cut into calls (PaddingPlan.grouping):
 - "auto": requests sorted by length are split into the contiguous groups that minimise the padded work
   plus a call's own cost, counted as CALL_ROWS more rows at the group's length (a batch-1 call of an
-  INT8 encoder on a CPU costs about twice its tokens' share of a well-filled batch: benchmarks/
+  INT8 encoder on a CPU costs 1.5-2x its tokens' share of a well-filled batch: benchmarks/
   padding_serving.py). A 12-token request then never pays for a 120-token one, and requests of close
   lengths still share a call.
 - "longest": one call, every request padded to the longest.
