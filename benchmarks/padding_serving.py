@@ -17,7 +17,8 @@ corpus; a request's length is its token count + [CLS] and [SEP], cut at 128.
 Regimes (every one timed in the same interleaved run, rounds alternate the systems):
 - batched: C callers, each sending batch-1 requests back to back for `--seconds`. optcli INT8 with
   padding-aware batching (padding "auto": a gathered batch runs as the calls of similar length that
-  cost least; "longest": one call padded to the batch's longest) and the same artifact loaded with
+  cost least, on one session with default threads, and on one single-threaded session per core;
+  "longest": one call padded to the batch's longest) and the same artifact loaded with
   batching but padding off (only equal lengths share a batch), and the peer: OpenVINO+NNCF INT8 (same
   ONNX), each request run as it comes at its own length (dynamic padding of a batch of 1; OpenVINO's
   THROUGHPUT hint and one infer request per caller; the LATENCY hint at one caller).
@@ -274,6 +275,8 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
     policy = {"max_batch_size": max_batch, "max_queue_delay_microseconds": 0}
     padded_b = optcli.load(report, batching=policy)
     longest_b = optcli.load(report, batching={**policy, "padding": "longest"})
+    # One single-threaded session per core, each running gathered batches (docs/serve.md).
+    cores_b = optcli.load(report, batching=policy, concurrency=os.cpu_count() or 1, threads=1)
     off_b = optcli.load(report, batching={**policy, "padding": "off"})
     peer_lat, peer_tp = Peer(out / "nncf.xml", "LATENCY"), Peer(out / "nncf.xml", "THROUGHPUT")
     fp32 = optcli.load(out / "minilm.onnx")
@@ -308,7 +311,7 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
         "b1-pad128: optcli int8": (ours(plain), True, lambda: cosine(ref, [ours(plain)(r) for r in eval_128])),
         "b1-pad128: openvino+nncf int8": (peer_lat, True, lambda: cosine(ref, [peer_lat(r) for r in eval_128])),
     }
-    for fn in (ours(plain), ours(padded_b), ours(longest_b), ours(off_b), peer_lat, peer_tp):
+    for fn in (ours(plain), ours(padded_b), ours(cores_b), ours(longest_b), ours(off_b), peer_lat, peer_tp):
         for r in eval_reqs[:24] + eval_128[:2]:  # warm-up: first runs at new shapes
             fn(r)
     systems: dict[str, dict[str, Any]] = {}
@@ -328,6 +331,8 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
     # The batched regime: C callers of batch-1 requests, each at its own length.
     concurrent = {
         "optcli int8, padding-aware batching (auto)": (ours(padded_b), lambda: cos_concurrent(ours(padded_b))),
+        "optcli int8, padding-aware batching (auto), a 1-thread session per core":
+            (ours(cores_b), lambda: cos_concurrent(ours(cores_b))),
         "optcli int8, padded to the batch's longest": (ours(longest_b), lambda: cos_concurrent(ours(longest_b))),
         "optcli int8, batching without padding": (ours(off_b), lambda: cos_concurrent(ours(off_b))),
         "openvino+nncf int8, per request (dynamic padding)": (None, lambda: cos_concurrent(peer_tp)),
@@ -365,10 +370,11 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
                                     "p50_ms": round(float(np.percentile(lat, 50)), 2),
                                     "p99_ms": round(float(np.percentile(lat, 99)), 2),
                                     "cosine_mean": round(acc["cos"][0], 5), "cosine_min": round(acc["cos"][1], 5)}
-    results["batch_histograms"] = {"padding-aware (auto)": padded_b.stats(), "longest": longest_b.stats(),
+    results["batch_histograms"] = {"padding-aware (auto)": padded_b.stats(), "auto, session per core": cores_b.stats(),
+                                   "longest": longest_b.stats(),
                                    "no padding": off_b.stats()}
     results["load_after"] = os.getloadavg()[0]
-    for m in (plain, padded_b, longest_b, off_b, fp32):
+    for m in (plain, padded_b, cores_b, longest_b, off_b, fp32):
         m.close()
     return results
 
