@@ -1,10 +1,30 @@
 """Stacking requests into one batch along dim 0 and splitting the outputs back: what the in-process
 batcher (optcli/batching.py) and the model `optcli serve` runs inside Triton
-(optcli/serve/triton_model.py) both do. Only requests whose inputs have the same non-batch shapes and
-dtypes are stacked: nothing is padded."""
+(optcli/serve/triton_model.py) both do.
+
+Requests share a batch when every input has the same non-batch shape and dtype, except along the
+sequence axis of an encoder (optcli/sequence_axis.py: dim 1 of input_ids, attention_mask,
+token_type_ids, position_ids, dynamic in the graph, with an attention mask among them). There a
+PaddingPlan lets requests of different lengths share a batch: each is right-padded to the batch's
+longest member (ids, token types and positions with 0, the mask with 0), so the model computes the
+batch only up to that extent, and every output whose dim 1 is that padded length is cut back to the
+request's own length (pooled outputs, without a sequence axis, come back as they are). Masked
+positions do not change what an encoder computes at the valid ones, so each caller gets what it
+would get alone (to float rounding).
+
+How a gathered batch is cut into calls (PaddingPlan.grouping):
+- "auto": requests sorted by length are split into the contiguous groups that minimise the padded work
+  plus a call's own cost, counted as CALL_ROWS more rows at the group's length (a batch-1 call of an
+  INT8 encoder on a CPU costs 1.5-2x its tokens' share of a well-filled batch: benchmarks/
+  padding_serving.py). A 12-token request then never pays for a 120-token one, and requests of close
+  lengths still share a call.
+- "longest": one call, every request padded to the longest.
+- "bucket": length_buckets' grouping (lengths rounded up to `bucket`, at most `max_groups` groups).
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -12,6 +32,34 @@ import numpy as np
 
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec
+
+
+@dataclass(frozen=True)
+class PaddingPlan:
+    """Which inputs may be right-padded along dim 1, and which outputs may carry that axis back.
+
+    `outputs`: names whose dim 1 is dynamic (or unknown): cut back where it equals the padded length.
+    `grouping`: how a gathered batch is cut into calls: "auto", "longest" or "bucket" (module docstring)."""
+
+    inputs: frozenset[str]
+    outputs: frozenset[str]
+    grouping: str = "auto"
+    bucket: int = 16
+    max_groups: int = 4
+
+
+def padding_plan(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                 grouping: str = "auto", bucket: int = 16, max_groups: int = 4) -> PaddingPlan | None:
+    """The plan for an encoder whose text inputs (one group, with a mask) have a dynamic dim 1; None
+    where padding could change the answers (no mask, a fixed length, several sequence groups)."""
+    from optcli.sequence_axis import GROUPS
+
+    seq = {s.name: GROUPS[s.name] for s in inputs
+           if s.name in GROUPS and len(s.shape) == 2 and not isinstance(s.shape[1], int)}
+    if not seq or len(set(seq.values())) != 1 or not any("mask" in name for name in seq):
+        return None
+    outs = frozenset(s.name for s in outputs if not s.shape or (len(s.shape) >= 2 and not isinstance(s.shape[1], int)))
+    return PaddingPlan(frozenset(seq), outs, grouping, bucket, max_groups)
 
 
 def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
@@ -25,15 +73,27 @@ def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -
     return None
 
 
-def merge_key(feeds: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What must match for two requests to share a batch: every input's non-batch shape and dtype.
-    None for a request whose inputs disagree on dim 0 (or a scalar input): it always runs alone."""
+def length(feeds: dict[str, Any], plan: PaddingPlan | None) -> int | None:
+    """The request's sequence length (dim 1 of its sequence inputs), None where nothing is padded."""
+    if plan is None:
+        return None
+    dims = {int(v.shape[1]) for n, v in feeds.items() if n in plan.inputs and len(v.shape) == 2}
+    return dims.pop() if len(dims) == 1 else None
+
+
+def merge_key(feeds: dict[str, Any], plan: PaddingPlan | None = None) -> tuple[Any, ...] | None:
+    """What must match for two requests to share a batch: every input's non-batch shape and dtype, but
+    not the length of the sequence inputs under a plan. None for a request whose inputs disagree on
+    dim 0 (or a scalar input): it always runs alone."""
     key, size = [], None
+    seq = length(feeds, plan)
     for name, value in feeds.items():
         shape = tuple(value.shape)
         if not shape or (size is not None and shape[0] != size):
             return None
         size = shape[0]
+        if seq is not None and plan is not None and name in plan.inputs:
+            shape = (shape[0], "any")
         key.append((name, shape[1:], value.dtype))
     return tuple(key)
 
@@ -52,15 +112,36 @@ def _concat(values: list[Any]) -> Any:
     return np.concatenate(values)
 
 
-def merge(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """One feed dict holding every request, stacked along dim 0 in order."""
+def _pad(value: Any, width: int) -> Any:
+    """`value` (batch x length) right-padded with 0 to `width`."""
+    missing = width - int(value.shape[1])
+    if not missing:
+        return value
+    if type(value).__module__.startswith("torch"):
+        import torch
+
+        return torch.nn.functional.pad(value, (0, missing))
+    return np.pad(value, ((0, 0), (0, missing)))
+
+
+def merge(requests: list[dict[str, Any]], plan: PaddingPlan | None = None) -> dict[str, Any]:
+    """One feed dict holding every request, stacked along dim 0 in order; under a plan the sequence
+    inputs are right-padded to the longest request first."""
     if len(requests) == 1:
         return requests[0]
-    return {name: _concat([r[name] for r in requests]) for name in requests[0]}
+    lengths = [length(r, plan) for r in requests]
+    if plan is None or None in lengths or len(set(lengths)) == 1:
+        return {name: _concat([r[name] for r in requests]) for name in requests[0]}
+    width = max(n for n in lengths if n is not None)
+    return {name: _concat([_pad(r[name], width) if name in plan.inputs else r[name] for r in requests])
+            for name in requests[0]}
 
 
-def split(outputs: list[Any], sizes: list[int], names: list[str]) -> list[list[Any]]:
-    """Per request, its rows of every output; an output whose dim 0 is not the batch is an error."""
+def split(outputs: list[Any], sizes: list[int], names: list[str], lengths: list[int | None] | None = None,
+          plan: PaddingPlan | None = None) -> list[list[Any]]:
+    """Per request, its rows of every output; an output whose dim 0 is not the batch is an error.
+    With `lengths` (each request's, from length()) and a plan, outputs the plan names whose dim 1 is the
+    batch's padded length are cut back to each request's own length."""
     if len(sizes) == 1:
         return [outputs]
     total = sum(sizes)
@@ -70,4 +151,59 @@ def split(outputs: list[Any], sizes: list[int], names: list[str]) -> list[list[A
             raise UsageError(f"output {name!r} has dim 0 of {got} for a batch of {total}: it is not batch-major",
                              hint="load the model without batching")
     bounds = [0, *accumulate(sizes)]
-    return [[out[a:b] for out in outputs] for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = [[out[a:b] for out in outputs] for a, b in zip(bounds[:-1], bounds[1:])]
+    if plan is None or not lengths or None in lengths or len(set(lengths)) == 1:
+        return parts
+    width = max(n for n in lengths if n is not None)
+    cut = [name in plan.outputs and len(out.shape) >= 2 and int(out.shape[1]) == width
+           for name, out in zip(names, outputs)]
+    return [[o[:, :n] if c else o for o, c in zip(part, cut)] for part, n in zip(parts, lengths)]
+
+
+def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[str, Any]], names: list[str],
+               plan: PaddingPlan | None = None) -> list[list[Any]]:
+    """Run requests that share a merge_key as one batch, or as the few sub-batches of similar length
+    the plan's grouping picks; per request, its outputs (its rows, cut back to its own length)."""
+    lengths = [length(r, plan) for r in requests]
+    groups = [list(range(len(requests)))]
+    if plan is not None and plan.grouping != "longest" and len(requests) > 1 and None not in lengths \
+            and len(set(lengths)) > 1:
+        known = [int(n) for n in lengths if n is not None]
+        if plan.grouping == "bucket":
+            from optcli.length_buckets import BucketOptions, group_lengths
+
+            groups = [[int(i) for i in g] for g in group_lengths(np.array(known), BucketOptions(plan.bucket,
+                                                                                                plan.max_groups))]
+        else:
+            groups = cheapest_groups(known, [rows(r) for r in requests])
+    out: list[list[Any]] = [[] for _ in requests]
+    for group in groups:
+        members = [requests[i] for i in group]
+        parts = split(run(merge(members, plan)), [rows(r) for r in members], names, [lengths[i] for i in group], plan)
+        for i, part in zip(group, parts):
+            out[i] = part
+    return out
+
+
+CALL_ROWS = 1.0  # a call's own cost, in rows of its length (module docstring)
+
+
+def cheapest_groups(lengths: list[int], sizes: list[int], call_rows: float = CALL_ROWS) -> list[list[int]]:
+    """Indices per call, shortest first: requests sorted by length, cut into the contiguous runs that
+    minimise the sum over calls of longest length x (rows + call_rows) (a 1-D partition, O(n^2))."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = [0.0] + [float("inf")] * len(order)
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        rows_in = 0
+        for i in range(j, 0, -1):  # the call holds order[i-1 .. j-1]; its longest is order[j-1]
+            rows_in += sizes[order[i - 1]]
+            cost = best[i - 1] + lengths[order[j - 1]] * (rows_in + call_rows)
+            if cost < best[j]:
+                best[j], cut[j] = cost, i - 1
+    groups: list[list[int]] = []
+    j = len(order)
+    while j:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]

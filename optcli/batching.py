@@ -5,9 +5,12 @@ meaning are those of Triton's `dynamic_batching` (docs/serve.md): a batch is sen
 `max_batch_size`, when it reaches the largest of `preferred_batch_size`, or when the oldest request
 has waited `max_queue_delay_microseconds`; with a delay of 0 (Triton's default) whatever is queued
 when a backend handle frees up goes as one batch, so batches grow exactly when the model is busy.
-Requests are merged only when every input has the same non-batch shape and dtype (no padding), so
-two sequence lengths never share a batch (optcli/batch_merge.py, shared with the model that
-`optcli serve` runs inside Triton).
+Requests are merged when every input has the same non-batch shape and dtype; for an encoder with a
+dynamic sequence axis, requests of different lengths share a batch padded to its longest member and
+each caller gets its outputs cut back to its own length (`padding`: "auto", the default, runs the
+gathered batch as the calls of similar length that cost least; "longest": one call padded to the
+longest; "bucket": sub-batches by `padding_bucket`; "off": equal shapes only). The merge is
+optcli/batch_merge.py, shared with the model that `optcli serve` runs inside Triton.
 """
 from __future__ import annotations
 
@@ -20,24 +23,30 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from optcli.batch_merge import batch_blocker, merge, merge_key, rows, split
+from optcli.batch_merge import PaddingPlan, batch_blocker, merge_key, padding_plan, rows, run_padded
 from optcli.errors import UsageError
+from optcli.length_buckets import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
 
-_KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size"
+_KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size, padding, padding_bucket"
+PADDING = ("auto", "longest", "bucket", "off")
 # CLI spellings (`--batching max-batch-size=16,delay-us=500`) for Triton's names.
 _ALIASES = {"max-batch-size": "max_batch_size", "max": "max_batch_size",
             "max-queue-delay-us": "max_queue_delay_microseconds", "max_queue_delay_us": "max_queue_delay_microseconds",
             "delay-us": "max_queue_delay_microseconds", "delay_us": "max_queue_delay_microseconds",
-            "preferred": "preferred_batch_size", "preferred-batch-size": "preferred_batch_size"}
+            "preferred": "preferred_batch_size", "preferred-batch-size": "preferred_batch_size",
+            "pad": "padding", "bucket": "padding_bucket", "padding-bucket": "padding_bucket"}
 
 
 @dataclass(frozen=True)
 class BatchingOptions:
-    """Triton's dynamic_batching knobs, under Triton's names."""
+    """Triton's dynamic_batching knobs, under Triton's names, and how requests of different sequence
+    lengths share a batch (optcli/batch_merge.py)."""
 
     max_batch_size: int = 8
     max_queue_delay_microseconds: int = 0
     preferred_batch_size: tuple[int, ...] = ()
+    padding: str = "auto"
+    padding_bucket: int = DEFAULT_BUCKET
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
@@ -51,6 +60,19 @@ class BatchingOptions:
             raise UsageError(f"batching preferred_batch_size {list(self.preferred_batch_size)}: each must be within "
                              f"1..{self.max_batch_size} (max_batch_size)", hint="e.g. preferred_batch_size=[4, 8]")
         object.__setattr__(self, "preferred_batch_size", preferred)
+        if self.padding not in PADDING:
+            raise UsageError(f"batching padding {self.padding!r}: must be one of {', '.join(PADDING)}",
+                             hint="auto: the cheapest calls of similar length; longest: one call padded to the "
+                                  "longest; bucket: sub-batches by padding_bucket; off: equal shapes only")
+        if isinstance(self.padding_bucket, bool) or not isinstance(self.padding_bucket, int) or self.padding_bucket < 1:
+            raise UsageError(f"batching padding_bucket {self.padding_bucket!r}: must be an integer >= 1",
+                             hint="e.g. padding_bucket=16")
+
+    def plan(self, runner: Any) -> PaddingPlan | None:
+        """The padding plan for this runner's model under these options (None: equal shapes only)."""
+        if self.padding == "off":
+            return None
+        return padding_plan(runner.inputs, runner.outputs, self.padding, self.padding_bucket, DEFAULT_MAX_GROUPS)
 
     @property
     def delay_s(self) -> float:
@@ -59,7 +81,8 @@ class BatchingOptions:
     def to_json(self) -> dict[str, Any]:
         return {"max_batch_size": self.max_batch_size,
                 "max_queue_delay_microseconds": self.max_queue_delay_microseconds,
-                "preferred_batch_size": list(self.preferred_batch_size)}
+                "preferred_batch_size": list(self.preferred_batch_size),
+                "padding": self.padding, "padding_bucket": self.padding_bucket}
 
 
 def batching_options(value: Any) -> BatchingOptions:
@@ -97,6 +120,8 @@ def parse_batching(text: str) -> BatchingOptions:
         try:
             if key == "preferred_batch_size":
                 fields[key] = tuple(int(p) for p in value.replace("/", " ").split())
+            elif key == "padding":
+                fields[key] = value.strip().lower()
             else:
                 fields[key] = int(value)
         except ValueError:
@@ -135,9 +160,9 @@ class _Request:
 
     __slots__ = ("feeds", "rows", "key", "enqueued", "future", "wake", "lead", "done", "result", "error")
 
-    def __init__(self, feeds: dict[str, Any], future: Future | None) -> None:
+    def __init__(self, feeds: dict[str, Any], future: Future | None, plan: PaddingPlan | None) -> None:
         self.feeds = feeds
-        self.key = merge_key(feeds)
+        self.key = merge_key(feeds, plan)
         self.rows = rows(feeds)
         self.enqueued = time.perf_counter()
         self.future = future
@@ -159,6 +184,7 @@ class _Batcher:
         self.runner = runner
         self.options = options
         self.names = [s.name for s in runner.outputs]
+        self.plan = options.plan(runner)
         self.handles = runner.concurrency
         self.idle = runner.concurrency   # handles no leader holds
         self.queue: list[_Request] = []
@@ -169,7 +195,7 @@ class _Batcher:
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """Run one request in the caller's thread, batched with whatever is in flight."""
-        request = self._enqueue(_Request(feeds, None))
+        request = self._enqueue(_Request(feeds, None, self.plan))
         while True:
             with self.cond:
                 # A handle given to this caller is used even when its own request is already done
@@ -194,7 +220,7 @@ class _Batcher:
     def submit(self, feeds: dict[str, Any]) -> Future:
         """Queue one request; a pool thread leads when a handle is free."""
         future: Future = Future()
-        self._enqueue(_Request(feeds, future))
+        self._enqueue(_Request(feeds, future, self.plan))
         return future
 
     def _enqueue(self, request: _Request) -> _Request:
@@ -271,8 +297,8 @@ class _Batcher:
         results: list[dict[str, Any]] = []
         error: BaseException | None = None
         try:
-            outputs = self.runner.run_normalized(merge([r.feeds for r in batch]))
-            results = [dict(zip(self.names, outs)) for outs in split(outputs, [r.rows for r in batch], self.names)]
+            parts = run_padded(self.runner.run_normalized, [r.feeds for r in batch], self.names, self.plan)
+            results = [dict(zip(self.names, outs)) for outs in parts]
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
             error = exc
         with self.cond:

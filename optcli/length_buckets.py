@@ -61,9 +61,15 @@ def row_extents(mask: np.ndarray) -> np.ndarray:
 
 def group_rows(mask: np.ndarray, options: BucketOptions) -> list[np.ndarray]:
     """Row indices per sub-batch, shortest first. `mask` is batch x sequence (non-zero = token)."""
-    length = np.asarray(mask).shape[1]
-    extent = row_extents(mask)
-    buckets = np.minimum(-(-extent // options.bucket) * options.bucket, length)
+    return group_lengths(row_extents(mask), options, np.asarray(mask).shape[1])
+
+
+def group_lengths(extent: np.ndarray, options: BucketOptions, limit: int | None = None) -> list[np.ndarray]:
+    """Indices per group, shortest first: each length rounded up to `bucket` (at most `limit`), then
+    adjacent groups merged while there are more than `max_groups`, where the merge adds the least work."""
+    buckets = -(-np.asarray(extent) // options.bucket) * options.bucket
+    if limit is not None:
+        buckets = np.minimum(buckets, limit)
     bounds = [int(b) for b in np.unique(buckets)]
     members = [np.flatnonzero(buckets == b) for b in bounds]
     while len(bounds) > options.max_groups:

@@ -43,6 +43,37 @@ def export_digits_onnx(path: Path) -> Path:
     return path
 
 
+def export_bert_encoder(path: Path, hidden: int = 32, layers: int = 2) -> Path:
+    """A tiny BERT from a transformers config (random weights), TorchScript exporter, dynamic batch and
+    sequence axes: last_hidden_state [batch, sequence, hidden] and masked-mean pooled [batch, hidden]."""
+    torch = pytest.importorskip("torch")
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=200, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                                intermediate_size=64, attn_implementation="eager"), add_pooling_layer=False).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            h = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids).last_hidden_state
+            m = attention_mask.unsqueeze(-1).to(h.dtype)
+            return h, (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes.update({"last_hidden_state": {0: "batch", 1: "sequence"}, "pooled": {0: "batch"}})
+    example = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in names)
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), example, str(path), dynamo=False, opset_version=17, input_names=names,
+                          output_names=["last_hidden_state", "pooled"], dynamic_axes=axes)
+    return path
+
+
 def ports(n: int = 3) -> list[int]:
     from optcli.serve.health import free_port
 

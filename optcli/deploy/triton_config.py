@@ -76,12 +76,26 @@ def _dims(spec: TensorSpec, batching: bool) -> tuple[list[int], bool]:
     return dims, False
 
 
-def _tensor(spec: TensorSpec, piece: TritonBackend, batching: bool) -> dict[str, Any]:
+def _tensor(spec: TensorSpec, piece: TritonBackend, batching: bool, ragged: frozenset[str] = frozenset()
+            ) -> dict[str, Any]:
     dims, reshape = _dims(spec, batching)
     entry: dict[str, Any] = {"name": spec.name, "data_type": Enum(triton_dtype(spec, piece)), "dims": dims}
     if reshape:
         entry["reshape"] = {"shape": []}
+    if spec.name in ragged:
+        entry["allow_ragged_batch"] = True
     return entry
+
+
+def _ragged_inputs(model: ServedModel, piece: TritonBackend, batching: bool) -> frozenset[str]:
+    """Inputs Triton may batch at different lengths: the sequence inputs of an encoder, where the model
+    is optcli's runner in the Python backend (it pads them to the batch's longest: optcli/batch_merge.py)."""
+    from optcli.batch_merge import padding_plan
+
+    if not batching or piece.platform != "python":
+        return frozenset()
+    plan = padding_plan(model.inputs, model.outputs)
+    return plan.inputs if plan else frozenset()
 
 
 def _max_batch_size(model: ServedModel, piece: TritonBackend, opts: TritonOptions, notes: list[str]) -> int:
@@ -192,7 +206,7 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
         tree["#header"] = Comment(header)
     # Triton: `platform` for ONNX Runtime and TensorRT, `backend` for OpenVINO.
     tree.update({"name": name, piece.config_key: model.platform, "max_batch_size": mbs,
-                 "input": [_tensor(s, piece, batching) for s in model.inputs],
+                 "input": [_tensor(s, piece, batching, _ragged_inputs(model, piece, batching)) for s in model.inputs],
                  "output": [_tensor(s, piece, batching) for s in model.outputs]})
     if dynamic:
         batcher: dict[str, Any] = {}

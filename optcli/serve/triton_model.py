@@ -1,8 +1,10 @@
 """The model Triton's Python backend runs for an optcli repository (the `model.py` that
 optcli/deploy/triton_python.py writes subclasses it): it opens the artifact with optcli's runner
 and runs every batch of requests Triton's dynamic batcher hands it as one call, merging and
-splitting like the in-process batcher (optcli/batching.py: only requests with equal non-batch
-shapes share a call).
+splitting like the in-process batcher (optcli/batching.py, optcli/batch_merge.py): requests with equal
+non-batch shapes share a call, and for an encoder with a dynamic sequence axis requests of different
+lengths do too, padded to the longest and cut back per request (the config marks those inputs
+`allow_ragged_batch` so Triton hands such requests over together).
 
 How tensors cross depends on numpy's major version (both checked against the real server): the
 Python-backend stub of Triton 2.51 (the nvidia-pytriton 0.7.0 wheel) was built against numpy 1.x.
@@ -63,6 +65,9 @@ class OptcliTritonModel:
         self.input_names = [s.name for s in self.runner.inputs]
         self.output_names = [s.name for s in self.runner.outputs]
         self.item_bytes = [_item_bytes(s.dtype) for s in self.runner.inputs]
+        from optcli.batch_merge import padding_plan
+
+        self.plan = padding_plan(self.runner.inputs, self.runner.outputs)
 
     def too_large(self, shapes: list[list[int]]) -> str | None:
         """Why a request's inputs (their shapes) are refused before anything is allocated for them: over
@@ -83,7 +88,7 @@ class OptcliTritonModel:
 
         dlpack = int(np.__version__.split(".")[0]) >= 2  # see the module docstring
 
-        from optcli.batch_merge import merge, merge_key, rows, split
+        from optcli.batch_merge import merge_key, run_padded
         from optcli.errors import OptcliError
 
         responses: list[Any] = [None] * len(requests)
@@ -102,12 +107,11 @@ class OptcliTritonModel:
             except (OptcliError, TypeError, ValueError) as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 continue
-            key = merge_key(feeds)
+            key = merge_key(feeds, self.plan)
             groups.setdefault(key if key is not None else ("alone", i), []).append((i, feeds))
         for members in groups.values():
             try:
-                outputs = self.runner.run_normalized(merge([f for _, f in members]))
-                parts = split(outputs, [rows(f) for _, f in members], self.output_names)
+                parts = run_padded(self.runner.run_normalized, [f for _, f in members], self.output_names, self.plan)
             except Exception as exc:  # noqa: BLE001 - the model's failure goes back to these callers
                 for i, _ in members:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))

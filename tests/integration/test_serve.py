@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from compile_testkit import cli_env, run_optcli
-from serve_testkit import STARTUP_S, export_digits_onnx, needs_server, optcli_serve, pid_alive
+from serve_testkit import STARTUP_S, export_bert_encoder, export_digits_onnx, needs_server, optcli_serve, pid_alive
 from serve_testkit import ports as _ports
 
 pytestmark = needs_server
@@ -76,6 +76,45 @@ def test_serve_answers_concurrent_requests_in_batches(digits_onnx):
     sizes = batch_sizes(stats)
     assert sum(size * count for size, count in sizes.items()) >= REQUESTS  # warm-up batches add to it
     assert max(sizes) > 1, f"no batching in Triton's statistics: {sizes}"
+
+
+def test_serve_batches_an_encoders_requests_of_different_lengths(tmp_path):
+    """Batch-1 requests of 8 different lengths, all in flight at once: Triton hands them to optcli's
+    model together (allow_ragged_batch), which pads them to the longest and cuts each answer back."""
+    import tritonclient.grpc as grpcclient
+
+    import optcli
+    from optcli.serve.health import batch_sizes, http_json
+
+    encoder = export_bert_encoder(tmp_path / "encoder.onnx")
+    lengths = [5, 17, 9, 31, 3, 12, 24, 7]
+    rng = np.random.default_rng(0)
+    reqs = [{"input_ids": rng.integers(1, 200, (1, n)).astype(np.int64), "attention_mask": np.ones((1, n), np.int64),
+             "token_type_ids": np.zeros((1, n), np.int64)} for n in lengths]
+    with optcli.load(encoder) as reference:
+        want = [reference.predict(r) for r in reqs]
+    with optcli_serve(encoder, "--max-batch-size", "8", "--max-queue-delay-us", "500000") as (ready, _):
+        client = grpcclient.InferenceServerClient(ready["urls"]["grpc"])
+        done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        for i, r in enumerate(reqs):
+            inputs = []
+            for name, value in r.items():
+                inputs.append(grpcclient.InferInput(name, list(value.shape), "INT64"))
+                inputs[-1].set_data_from_numpy(value)
+            client.async_infer(ready["name"], inputs, callback=lambda result, error, i=i: done.put((i, result, error)),
+                               client_timeout=120)
+        got: list[Any] = [None] * len(reqs)
+        for _ in reqs:
+            i, result, error = done.get(timeout=180)
+            assert error is None, error
+            got[i] = {n: result.as_numpy(n) for n in ("last_hidden_state", "pooled")}
+        stats = http_json(ready["urls"]["http"] + "/stats")
+        client.close()
+    for g, w, n in zip(got, want, lengths):
+        assert g["last_hidden_state"].shape == (1, n, 32)
+        np.testing.assert_allclose(g["last_hidden_state"], w["last_hidden_state"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g["pooled"], w["pooled"], rtol=1e-4, atol=1e-4)
+    assert max(batch_sizes(stats)) > 1, f"requests of different lengths never shared a batch: {batch_sizes(stats)}"
 
 
 def test_export_triton_python_repository_loads_in_triton(digits_onnx, tmp_path):

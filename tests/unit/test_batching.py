@@ -63,11 +63,14 @@ def _call_together(fn, items: list) -> list:
 def test_options_use_tritons_names_and_refuse_bad_values():
     assert batching_options(True) == BatchingOptions()
     opts = batching_options({"max_batch_size": 16, "max_queue_delay_microseconds": 500, "preferred_batch_size": [8, 4]})
-    assert opts.to_json() == {"max_batch_size": 16, "max_queue_delay_microseconds": 500, "preferred_batch_size": [4, 8]}
+    assert opts.to_json() == {"max_batch_size": 16, "max_queue_delay_microseconds": 500, "preferred_batch_size": [4, 8],
+                              "padding": "auto", "padding_bucket": 16}
     assert parse_batching("max=16,delay-us=500,preferred=4/8") == opts
+    assert parse_batching("padding=Bucket,bucket=32") == BatchingOptions(padding="bucket", padding_bucket=32)
     assert parse_batching("max_batch_size=16,max_queue_delay_microseconds=500,preferred_batch_size=8/4") == opts
     for bad in ({"max_batch_size": 0}, {"preferred_batch_size": [32]}, {"max_queue_delay_microseconds": -1},
-                {"queue": 3}, "max_batch_size=x", "size=4", 7):
+                {"queue": 3}, "max_batch_size=x", "size=4", 7, {"padding": "right"}, {"padding_bucket": 0},
+                "padding_bucket=x"):
         with pytest.raises(UsageError) as err:
             batching_options(bad)
         assert err.value.hint

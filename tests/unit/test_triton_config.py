@@ -249,3 +249,31 @@ def test_input_pins_are_checked_against_the_model(tmp_path):
         config_for(path, inputs=[parse_input_spec("input_ids:1x12x3")])
     with pytest.raises(UsageError, match="dim 1 is 5 but the model fixes it at 3"):
         config_for(conv_onnx(tmp_path / "conv.onnx"), inputs=[parse_input_spec("x:1x5x8x8")])
+
+
+def test_the_python_backend_lets_an_encoders_lengths_share_a_batch(tmp_path):
+    """allow_ragged_batch on the sequence inputs, only where optcli's runner merges them (the Python
+    backend pads them to the batch's longest: optcli/batch_merge.py); Triton's own backends need equal shapes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from triton_fixtures import _save
+
+    emb = numpy_helper.from_array(np.ones((100, 8), np.float32), "emb")
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT)]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+              for n in ("input_ids", "attention_mask")]
+    outputs = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", "seq", 8]),
+               helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", "seq"])]
+    path = _save(helper.make_graph(nodes, "enc", inputs, outputs, [emb]), tmp_path / "enc.onnx", opset=18)
+    from optcli.deploy.triton_python import python_backend_model
+
+    def ragged(python: bool, **options) -> dict[str, bool]:
+        model = python_backend_model(path) if python else resolve_source(path)
+        tree = build_config(model, TritonOptions(**options), "m").tree
+        return {i.name: i.allow_ragged_batch for i in parse_config(render(tree)).input}
+
+    assert ragged(True) == {"input_ids": True, "attention_mask": True}
+    assert ragged(False) == {"input_ids": False, "attention_mask": False}
+    assert ragged(True, max_batch_size=0) == {"input_ids": False, "attention_mask": False}
