@@ -192,7 +192,7 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     if base is not None:
         result.regression = compare_to_baseline(result, base, bound, regression_metric)
         if check and result.regression["regressed"]:
-            exc = regression_error(result.regression, baseline)
+            exc = regression_error(result.regression, baseline or "the baseline")
             exc.result = result  # type: ignore[attr-defined]
             raise exc
     return result

@@ -84,7 +84,7 @@ def _from_file(path: Path, sha256: str | None = None) -> ResolvedArtifact:
     meta = record.get("meta", {})
     options = meta.get("runner_options", {}) if isinstance(meta, dict) else meta
     options = checked(fmt, options, path.parent / "stage.json") if record else {}
-    precision = record.get("precision") if isinstance(record.get("precision"), str) else "fp32"
+    precision = str(record["precision"]) if isinstance(record.get("precision"), str) else "fp32"
     return ResolvedArtifact(path, fmt, precision, options)
 
 
@@ -114,7 +114,7 @@ def resolve_artifact(path: str | Path) -> ResolvedArtifact:
 
 
 def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls).parameters  # the constructor's, without self
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
     accepted = sorted(n for n, p in params.items() if n not in ("self", "path") and p.kind is not p.VAR_POSITIONAL)

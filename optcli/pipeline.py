@@ -99,7 +99,8 @@ class Pipeline:
             graph = graph_view(source.path)
             inputs, _ = io_specs(graph)
             firsts = [s.shape[0] for s in inputs if s.shape]
-            fixed = firsts[0] if firsts and all(isinstance(d, int) and d > 0 for d in firsts) else None
+            first = firsts[0] if firsts else None
+            fixed = first if isinstance(first, int) and all(isinstance(d, int) and d > 0 for d in firsts) else None
             inputs = merge_pinned(inputs, pinned) if pinned else inputs
             inputs = fill_lengths(inputs, recorded_lengths(graph))  # a dynamic sequence: measured at one length
             # the user's ONNX: token ids must stay inside the embedding tables they index

@@ -150,7 +150,7 @@ def fill_lengths(specs: list[TensorSpec], recorded: dict[str, int]) -> list[Tens
     out = []
     for s in specs:
         if s.name in GROUPS and len(s.shape) == 2 and not isinstance(s.shape[1], int):
-            s = TensorSpec(s.name, (s.shape[0], symbolic_length(s.name, 1, str(s.shape[1]), recorded)), s.dtype,
-                           s.profile)
+            length: int | str = symbolic_length(s.name, 1, str(s.shape[1]), recorded) or str(s.shape[1])
+            s = TensorSpec(s.name, (s.shape[0], length), s.dtype, s.profile)
         out.append(s)
     return out

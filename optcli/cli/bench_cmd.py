@@ -153,7 +153,7 @@ def bench_cmd(artifact: str, batch: str, concurrency: str, as_json: bool, save_b
         err = stderr_console()
         for w in result.warnings:
             err.print(f"[yellow]warning:[/] {w}")
-    if regressed and compare_baseline is not None:  # after the table/JSON: main() prints the line, exits 5
-        from optcli.benchmark.baseline import regression_error
+    if regressed and result.regression and compare_baseline is not None:  # after the table/JSON: main() prints
+        from optcli.benchmark.baseline import regression_error  # the line and exits 5
 
         raise regression_error(result.regression, compare_baseline)

@@ -82,9 +82,10 @@ def compare_cmd(model: str, variants: str, define: tuple[str, ...], tolerance: s
                              on_event=_Progress(err), **options)
         failure = None
     except OptcliError as exc:
-        result = getattr(exc, "result", None)
-        if result is None:
+        partial = getattr(exc, "result", None)
+        if partial is None:
             raise
+        result = partial
         failure = exc
     if plot is not None:
         from optcli.plots import plot_compare

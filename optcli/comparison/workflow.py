@@ -170,8 +170,9 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
                            settings={**settings.__dict__, "order": list(artifacts), "runtime": runtime},
                            environment=environment(), pareto=pareto_set(measured_rows))
     result.recommended, result.reason = recommend(results)
-    if result.recommended:
-        result.variant(result.recommended).verdict = "recommended"
+    chosen = result.variant(result.recommended) if result.recommended else None
+    if chosen is not None:
+        chosen.verdict = "recommended"
     noisy = [r.name for r in measured_rows if r.latency_b1 is not None and r.latency_b1.cv > NOISY_CV]
     if noisy:
         result.warnings.append(f"noisy measurements (latency CV above {NOISY_CV:.0%}: {', '.join(noisy)}); "

@@ -65,7 +65,7 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
         if not failed:
             return None, "no candidate could be built"
         return None, "no candidate meets the tolerance: " + "; ".join(f"{c.name}: {c.failure}" for c in failed)
-    ranked = sorted(measured, key=lambda c: (c.p50, c.name))
+    ranked = sorted(measured, key=lambda c: (_p50(c), c.name))
     fastest = ranked[0]
     if len(ranked) == 1:
         return fastest, f"the only candidate within tolerance ({fastest.p50:.3f} ms p50)"
@@ -73,11 +73,11 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
     # median, or within TIE_BAND of it) are ties. Among ties the more accurate wins (cosines within
     # COSINE_TIE count as equal), then the simpler recipe, then the name: no accuracy is traded for an
     # unmeasurable gain, and repeated compiles of one model choose the same artifact.
-    ties = [c for c in ranked if _overlaps(fastest, c) or c.p50 <= fastest.p50 * (1 + TIE_BAND)]
+    ties = [c for c in ranked if _overlaps(fastest, c) or _p50(c) <= _p50(fastest) * (1 + TIE_BAND)]
     best = min(ties, key=lambda c: (-round(_cosine(c) / COSINE_TIE), c.simplicity, c.name))
     others = [c for c in ranked if c is not best]
     runner_up = others[0]
-    ratio = runner_up.p50 / best.p50 if best.p50 else float("inf")
+    ratio = _p50(runner_up) / _p50(best) if best.p50 else float("inf")
     if best is fastest:
         note = (f"fastest of {len(ranked)} within tolerance: {best.p50:.3f} ms p50, "
                 f"{ratio:.2f}x the speed of {runner_up.name}")
@@ -94,6 +94,12 @@ def choose(candidates: list[Candidate]) -> tuple[Candidate | None, str]:
 
 def _cosine(c: Candidate) -> float:
     return float((c.accuracy or {}).get("cosine_mean", 0.0))
+
+
+def _p50(c: Candidate) -> float:
+    """A measured candidate's p50 (choose() ranks only those)."""
+    assert c.p50 is not None
+    return c.p50
 
 
 def _overlaps(a: Candidate, b: Candidate) -> bool:

@@ -85,8 +85,9 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
         cand.build["seconds"] = round(time.perf_counter() - t0, 3)
         return cand
 
-    def passes(cand: Candidate) -> bool | None:
-        return cand.failure is None if attempt(cand, lambda: check(cand)) else None
+    def passes(cand: Candidate) -> bool:
+        """Whether it met the tolerance; False also where the check itself failed (recorded on cand)."""
+        return bool(attempt(cand, lambda: check(cand))) and cand.failure is None
 
     def measure(cand: Candidate) -> list[float]:
         if cand.name not in runners:

@@ -33,7 +33,7 @@ def resolve_source(source: str | Path) -> ServedModel:
 
     for backend in with_triton():
         if suffix in backend.suffixes:
-            return load_object(backend.triton).served(path)
+            return load_object(str(backend.triton)).served(path)  # with_triton() lists only those with one
     raise UsageError(f"{path}: cannot serve a {suffix or 'suffix-less'} file on Triton",
                      hint="pass a run's report.json, an .onnx, an OpenVINO .xml or an .engine/.plan file")
 
@@ -72,7 +72,7 @@ def _from_report(path: Path) -> ServedModel:
         raise UsageError(f"{path}: the final artifact is {fmt!r}; Triton export takes {', '.join(served[:-1])} or "
                          f"{served[-1]} artifacts",
                          hint="serve an exported ONNX instead (the run's NN-export/model.onnx)")
-    piece = load_object(backend.triton)
+    piece = load_object(str(backend.triton))  # with_triton() lists only those with one
     model = piece.served(artifact)
     # Everything below is data from a file: only values of the expected types are used.
     model.precision = str(final.precision) if final.precision in tuple(Precision) else model.precision

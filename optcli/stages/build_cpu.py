@@ -74,7 +74,7 @@ class BuildCpuStage(Stage):
         if not self.ctx.config.bench.enabled and not given & QUICK_BUDGET.keys():
             # --no-bench asks for no latency work around stages; the choice still needs a measurement,
             # a short one (a clear winner still shows; a near tie is then decided by accuracy).
-            cfg = dataclasses.replace(cfg, **QUICK_BUDGET)
+            cfg = dataclasses.replace(cfg, **QUICK_BUDGET)  # type: ignore[arg-type]  # float fields only
         return cfg
 
     def tolerance(self) -> Tolerance:
@@ -191,7 +191,7 @@ class BuildCpuStage(Stage):
             if not ran:
                 raise StageError(f"no CPU candidate could be built: {why}", hint="use --backend onnxruntime")
             # Hand the most accurate one to the pipeline's gate, which fails the run with exit 3.
-            chosen = max(ran, key=lambda c: c.accuracy.get("cosine_mean", 0.0))
+            chosen = max(ran, key=lambda c: (c.accuracy or {}).get("cosine_mean", 0.0))
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
         if search.degraded:
             why = f"{why} ({search.degraded})"
@@ -389,6 +389,7 @@ class BuildCpuStage(Stage):
         """From the run's pool: the chosen candidate's runner serves its stage row and the final measurement."""
         from optcli.runtime.pool import session_options
 
+        assert cand.path is not None and cand.format is not None  # a built candidate
         return self.ctx.runners.borrow(cand.path, cand.format,
                                        **session_options(cand.format, threads, "all", cand.runner_options))
 

@@ -27,7 +27,7 @@ from optcli.backends.registry import ONNX, cpu_backends_without_onnx
 from optcli.backends.torch.archive_file import archive_file
 from optcli.backends.torch.attention import eager_attention, sdpa_model
 from optcli.backends.torch.export_errors import environment_fault, last_line, source_of
-from optcli.backends.torch.loader import needs_torchscript_exporter
+from optcli.backends.torch.loader import TorchModel, needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
@@ -36,7 +36,7 @@ from optcli.plan.stage_names import StageName
 from optcli.report import DynamicSequence, ExportAttempt, ExportDetails
 from optcli.sequence_axis import SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis, with_length
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.tensor_spec import random_inputs
+from optcli.tensor_spec import TensorSpec, random_inputs
 
 # The exported graph must reproduce PyTorch this closely, else export is a failure (per output, at its own
 # scale; an output within float32 resolution of PyTorch's is equal: accuracy.float32_mismatch).
@@ -106,9 +106,14 @@ class ExportStage(Stage):
     def fingerprint(self) -> dict[str, Any]:
         return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
 
-    def _example_args(self, torch: Any, batch: int | None) -> tuple[Any, ...]:
+    def _model(self) -> TorchModel:
+        """The PyTorch model being exported (run() refuses a run without one before anything reads it)."""
         tm = self.ctx.torch_model
         assert tm is not None
+        return tm
+
+    def _example_args(self, torch: Any, batch: int | None) -> tuple[Any, ...]:
+        tm = self._model()
         feeds = random_inputs(self.ctx.inputs, batch, seed=1234, int_high=tm.int_high)
         return tuple(torch.from_numpy(feeds[s.name]) for s in self.ctx.inputs)
 
@@ -180,11 +185,11 @@ class ExportStage(Stage):
                                   "docs/install.md); --debug prints the traceback") from last
         reasons = "; ".join(f"{a['exporter']}: {a['error']}" for a in attempts)
         # Suggest only what this run did not already try.
-        tries = [] if "torchscript" in exporters else ["--exporter torchscript"]
-        tries += [] if cfg.static_batch else ["--static-batch"]
-        tries.append("another --opset")
+        suggest = [] if "torchscript" in exporters else ["--exporter torchscript"]
+        suggest += [] if cfg.static_batch else ["--static-batch"]
+        suggest.append("another --opset")
         message = f"no exporter produced a correct ONNX ({reasons})"
-        hint = (f"try {', '.join(tries[:-1]) + ' or ' if len(tries) > 1 else ''}{tries[-1]}; "
+        hint = (f"try {', '.join(suggest[:-1]) + ' or ' if len(suggest) > 1 else ''}{suggest[-1]}; "
                 "--debug prints the exporter's traceback")
         without = cpu_backends_without_onnx()
         if without and self.ctx.target == "cpu" and cpu_config(self.ctx.config).backend == "auto":
@@ -199,7 +204,7 @@ class ExportStage(Stage):
         """--backend auto after every exporter failed: the torch.export program (.pt2) instead of ONNX, for
         the backends that build from it. A model torch.export cannot take either fails as before."""
         torch = require("torch", "exporting PyTorch models")
-        tm = self.ctx.torch_model
+        tm = self._model()
         out = workdir / "program.pt2"
         try:
             with _quiet():
@@ -218,7 +223,7 @@ class ExportStage(Stage):
 
     def _export_program(self, torch: Any) -> Any:
         """torch.export of the module with a dynamic batch (example batch 2: a batch of 1 gets specialised)."""
-        tm = self.ctx.torch_model
+        tm = self._model()
         if isinstance(tm.module, torch.jit.ScriptModule):
             raise StageError("TorchScript cannot be exported with torch.export")
         dims = tuple({0: torch.export.Dim.DYNAMIC} for _ in self.ctx.inputs)
@@ -233,7 +238,7 @@ class ExportStage(Stage):
                     return self._export_torchscript(torch, seq), None
                 return self._export_dynamo(torch, out, seq), None
         except Exception as exc:  # exporter internals raise anything
-            tm = self.ctx.torch_model
+            tm = self._model()
             model = sdpa_model(tm.keyword_module, tm.module) if exporter == "dynamo" else None
             if model is None:
                 raise
@@ -253,7 +258,7 @@ class ExportStage(Stage):
         return load_onnx(out, load_weights=False)
 
     def _dynamo_program(self, torch: Any, seq: SequenceAxis | None) -> Any:
-        tm = self.ctx.torch_model
+        tm = self._model()
         cfg = self.ctx.config.export
         if tm.exported_program is not None:
             prog = torch.onnx.export(tm.exported_program, args=(), dynamo=True, opset_version=cfg.opset,
@@ -262,7 +267,7 @@ class ExportStage(Stage):
             # batch >= 2: a batch of 1 gets specialised; a static batch exports at its own size.
             args = self._example_args(torch, batch=None if cfg.static_batch else 2)
             names = [s.name for s in self.ctx.inputs]
-            dyn = None if cfg.static_batch else {n: {0: torch.export.Dim.DYNAMIC} for n in names}
+            dyn: dict[str, Any] | None = None if cfg.static_batch else {n: {0: torch.export.Dim.DYNAMIC} for n in names}
             if seq is not None:
                 dyn = seq.dynamic_shapes(torch, names, batch_dynamic=not cfg.static_batch)
             if tm.keyword_module is not None:  # inputs by keyword: trace the user's module itself
@@ -278,7 +283,7 @@ class ExportStage(Stage):
         return prog
 
     def _export_torchscript(self, torch: Any, seq: SequenceAxis | None) -> Any:
-        tm = self.ctx.torch_model
+        tm = self._model()
         cfg = self.ctx.config.export
         args = self._example_args(torch, batch=None if cfg.static_batch else 2)
         module = tm.module
@@ -303,11 +308,12 @@ class ExportStage(Stage):
         with a dynamic sequence, the second run at another length."""
         from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
-        tm = self.ctx.torch_model
+        tm = self._model()
         results: dict[str, Any] = {}
         runner = OnnxRuntimeRunner(path, optimization="disabled", threads=1)
         try:
-            runs = [(None, self.ctx.inputs)] if static else [(1, self.ctx.inputs), (2, self.ctx.inputs)]
+            runs: list[tuple[int | None, list[TensorSpec]]] = \
+                [(None, self.ctx.inputs)] if static else [(1, self.ctx.inputs), (2, self.ctx.inputs)]
             if seq is not None:
                 lengths = example_lengths(self.ctx.inputs, seq)
                 others = {g: other_length(n, seq.limit) for g, n in lengths.items()}

@@ -79,7 +79,7 @@ class QuantizeFp16Stage(Stage):
         for block in (None, SENSITIVE_OPS):
             model = load_onnx(artifact.path)
             try:
-                kwargs = {"keep_io_types": True}
+                kwargs: dict[str, Any] = {"keep_io_types": True}
                 if block is not None:
                     kwargs["op_block_list"] = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(block))
                 converted = float16.convert_float_to_float16(model, **kwargs)
