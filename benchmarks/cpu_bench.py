@@ -114,7 +114,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print("| model | variant | p50 ms (b1) | x eager (b1) | samples/s (b8) | x eager (b8) | cosine vs FP32 | top-1 | flavour |")
+    print("| model | variant | p50 ms (b1) | x eager (b1) | samples/s (b8) | x eager (b8) | cosine vs FP32 | top-1 "
+          "| flavour |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:

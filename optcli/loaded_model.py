@@ -47,7 +47,8 @@ def _from_report(report_path: Path) -> ResolvedArtifact:
     from optcli.report import RunReport
 
     report = RunReport.load(report_path, _HINT)
-    path = report.final_artifact(report_path, "rerun `optcli compile` until it finishes, or pass a stage's artifact file")
+    path = report.final_artifact(report_path,
+                                 "rerun `optcli compile` until it finishes, or pass a stage's artifact file")
     assert report.final is not None  # final_artifact refused a report without one
     resolved = _from_file(path, sha256=report.final.sha256)  # final_artifact checked the file against it
     resolved.precision = str(report.final.precision or resolved.precision)

@@ -345,4 +345,5 @@ class Pipeline:
         if message:
             record.details.gate = GateResult(passed=False, message=message)
             raise AccuracyError(f"{stage.name}: {message}",
-                                hint="loosen --tolerance, exclude nodes (--exclude / --exclude-op), or try another precision")
+                                hint="loosen --tolerance, exclude nodes (--exclude / --exclude-op), "
+                                     "or try another precision")

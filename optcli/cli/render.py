@@ -143,9 +143,11 @@ def final_lines(report: RunReport) -> list[str]:
         kept = [u["module"] or u["node"] for u in fb["kept_in_float"]]
         names = ", ".join(kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
         lines.append(f"  int8 fallback: {len(kept)} of {fb['units']} layers kept in float "
-                     f"({fb['float_flops_share'] or 0:.1%} of FLOPs, {fb.get('float_fp32_time_share') or 0:.1%} of FP32 time)"
+                     f"({fb['float_flops_share'] or 0:.1%} of FLOPs, "
+                     f"{fb.get('float_fp32_time_share') or 0:.1%} of FP32 time)"
                      f"{': ' + names if kept else ''}; "
-                     f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} ({fb['stopped']})")
+                     f"{fb['evaluations']} evaluations in {fb['seconds']:.0f} s of {fb['budget_s']:.0f} "
+                     f"({fb['stopped']})")
         if fb.get("warning"):
             lines.append(f"  warning: int8 fallback: {fb['warning']}")
     calibrations = [getattr(s.details, "calibration", None) for s in report.stages if s.status in DONE]

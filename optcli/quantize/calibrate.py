@@ -129,7 +129,8 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
             calibrator.collect_data(_Reader(samples))
             ranges = calibrator.compute_data()
         except Exception as exc:
-            raise StageError(f"calibration failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise StageError(f"calibration failed: {type(exc).__name__}: {first}",
                              hint="check the calibration data matches the model's inputs") from exc
     with atomic_path(path) as tmp_path:
         calibrate.save_tensors_data(ranges, tmp_path)

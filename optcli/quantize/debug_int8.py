@@ -48,7 +48,8 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
     path = Path(model)
     if not is_onnx_file(path) or not path.is_file():
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
-                         hint="compile it first (optcli compile MODEL) and pass OUT/01-export/model.onnx (module names are read from the run's export)")
+                         hint="compile it first (optcli compile MODEL) and pass OUT/01-export/model.onnx "
+                              "(module names are read from the run's export)")
     from optcli.targets import tensorrt_family
 
     if target != "cpu" and not tensorrt_family(target):
@@ -94,6 +95,7 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
                    cosine_gain_in_float=round(gains[u.node], 6) if u.node in gains else None)
         rows.append(row)
     return {"model": str(path), "flavour": fl.to_json(), "samples": {"calibration": len(calib_set), "evaluation": n},
-            "int8_accuracy": {k: round(base[k], 6) for k in ("cosine_mean", "cosine_min", "top1_agreement") if k in base},
+            "int8_accuracy": {k: round(base[k], 6) for k in ("cosine_mean", "cosine_min", "top1_agreement")
+                              if k in base},
             "tolerance": tol.to_json(), "passes": check_tolerance(base, tol.cosine, tol.max_abs, tol.top1) is None,
             "units": rows, "measured_end_to_end": len(gains), "seconds": round(time.perf_counter() - t0, 2)}

@@ -127,7 +127,8 @@ def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: Samp
     """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy);
     on a session from the run's `pool` where given (the stage's output: its row runs on it next)."""
     outs, names = run_model(candidate, samples, runner_options=runner_options, pool=pool)
-    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels, valid=sequence_mask(samples.arrays))
+    summary = compare_outputs(reference_outputs, outs, names, labels=samples.labels,
+                              valid=sequence_mask(samples.arrays))
     summary["samples"] = len(samples)
     summary["data"] = samples.source
     return summary

@@ -112,7 +112,8 @@ def closest_summary(fallback: dict[str, Any]) -> str:
     """One line on the best result the fallback found: accuracy, speed, what it kept in float."""
     kept = fallback["kept_in_float"]
     acc = fallback["accuracy_after"]
-    names = ", ".join(u["module"] or u["node"] for u in kept[:4]) + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
+    names = ", ".join(u["module"] or u["node"] for u in kept[:4]) \
+        + (f" (+{len(kept) - 4} more)" if len(kept) > 4 else "")
     share = fallback.get("float_flops_share") or 0.0
     fp32, after = fallback.get("latency_p50_ms_fp32"), fallback.get("latency_p50_ms_after")
     speed = f", {fp32 / after:.2f}x FP32's speed (p50 {after} ms vs {fp32} ms)" if fp32 and after else ""

@@ -86,7 +86,8 @@ def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method
                                    nodes_to_exclude=excluded, use_external_data_format=large,
                                    extra_options={"MatMulConstBOnly": True})
     except Exception as exc:
-        raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise StageError(f"INT8 quantization failed: {type(exc).__name__}: {first}",
                          hint="exclude the failing node with --exclude NODE, or its op type with --exclude-op") from exc
     return int8_op_counts(dst)
 
@@ -98,4 +99,5 @@ def int8_op_counts(path: Path) -> dict[str, int]:
     ops = [n.op_type for n in model.graph.node]
     return {"quantize_linear": ops.count("QuantizeLinear"), "dequantize_linear": ops.count("DequantizeLinear"),
             "dynamic_quantize": sum(o.startswith("DynamicQuantize") for o in ops),
-            "integer_ops": sum(o in ("MatMulInteger", "ConvInteger", "QAttention", "DynamicQuantizeMatMul") for o in ops)}
+            "integer_ops": sum(o in ("MatMulInteger", "ConvInteger", "QAttention", "DynamicQuantizeMatMul")
+                               for o in ops)}

@@ -68,7 +68,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     units, total_flops = compute_units(fp32, flavour, earlier_onnx(ctx))
     ops = check_exclude_ops(q.exclude_ops, {n.op_type for n in graph.node}, earlier_op_types(ctx, q.exclude_ops))
     manual = sorted(set(user_excludes(ctx, model)) | {n.name for n in graph.node if n.op_type in ops})
-    ranges, calib_info = (None, {"method": None, "samples": len(calib), "note": "dynamic INT8 computes ranges at run time"})
+    ranges, calib_info = (None, {"method": None, "samples": len(calib),
+                                 "note": "dynamic INT8 computes ranges at run time"})
     if flavour.static:
         ranges, calib_info = compute_ranges(fp32, artifact.sha256, calib, q.calib_method,
                                             flavour.activation_symmetric, flavour.op_types,

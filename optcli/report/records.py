@@ -137,7 +137,8 @@ class EnvironmentInfo(JsonRecord):
     cpu_count: int | None = None
     load_average_1m: float | None = None
     gpu: str | None = None
-    cpu_isa: JSONObject | None = field(default=None, metadata=OMIT_NONE)  # optcli/cpu/isa.py's capability set; absent from older reports
+    # optcli/cpu/isa.py's capability set; absent from older reports
+    cpu_isa: JSONObject | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass

@@ -8,16 +8,16 @@ It knows nothing of backends: the caller hands it callables.
 Every phase is timed per candidate (build, check, measure seconds), and a deadline (the compile's
 --time-budget) stops the search at the best so far, saying so.
 
-fast: free candidates first, then the rest in the order of their predicted latency (optcli/search/priors.py; a candidate the
-evidence had less accurate counts one tie band slower, since a tie goes to the more accurate one).
+fast: free candidates first, then the rest in the order of their predicted latency (optcli/search/priors.py;
+a candidate the evidence had less accurate counts one tie band slower, since a tie goes to the more accurate one).
 One is built when no leader exists yet (nothing within tolerance so far), when it is free (already
 built: measuring it confirms or refutes the prediction), or when, at the optimistic end of its
 prediction, it beats the leader by more than the tie band (or, where the evidence has it more
 accurate than the leader, ties it: a tie goes to the more accurate; unless the leader's own measured
 accuracy used at most ACCURACY_HEADROOM of the tolerance's budget: what is measured in this run
-outweighs the evidence from other models, and nothing the tolerance asks for is left to gain). Passing candidates are measured in
-alternating blocks; after `min_rounds` rounds one clearly behind the leader stops being measured, and
-measuring stops when the rest are settled (elimination.py), or at `max_seconds`.
+outweighs the evidence from other models, and nothing the tolerance asks for is left to gain). Passing
+candidates are measured in alternating blocks; after `min_rounds` rounds one clearly behind the leader
+stops being measured, and measuring stops when the rest are settled (elimination.py), or at `max_seconds`.
 thorough: every candidate built in the given order; all that ran (passing or not) measured in
 alternating blocks until `min_rounds` and `min_seconds` passed and the two fastest passing ones are
 separated, or at `max_seconds`: today's exhaustive behaviour.
@@ -94,9 +94,11 @@ class SearchResult:
         return [e for e in self.entries if e.samples]
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "rounds": self.rounds, "measure_seconds": round(self.measure_seconds, 3),
+        out: dict[str, Any] = {"mode": self.mode, "rounds": self.rounds,
+                               "measure_seconds": round(self.measure_seconds, 3),
                                "built": sum(e.status in ("passed", "rejected") for e in self.entries),
-                               "order": [e.name for e in self.entries], "candidates": [e.to_json() for e in self.entries]}
+                               "order": [e.name for e in self.entries],
+                               "candidates": [e.to_json() for e in self.entries]}
         if self.degraded:
             out["degraded"] = self.degraded
         if self.notes:
@@ -216,12 +218,14 @@ class Search:
         spent = self.clock() - self._measure_start if self._measure_start is not None else 0.0
         if self._over_time():
             if len(live) > 1:
-                result.degraded = result.degraded or "the time budget ran out while measuring: chose on the samples so far"
+                result.degraded = result.degraded \
+                    or "the time budget ran out while measuring: chose on the samples so far"
             return True
         if self.mode == "fast" and len(live) == 1 and rounds >= min_rounds:
             return True
         if rounds >= 2 and spent >= self.max_seconds:
-            result.notes.append(f"measuring stopped at max_seconds ({self.max_seconds:g} s) before the leader was clear")
+            result.notes.append(f"measuring stopped at max_seconds ({self.max_seconds:g} s) "
+                                "before the leader was clear")
             return True
         if rounds < min_rounds:
             return False

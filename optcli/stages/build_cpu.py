@@ -273,8 +273,9 @@ class BuildCpuStage(Stage):
                 check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
             specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
-            return float_art, (calib, ev, *reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
-                                                             self.ctx.runners, self.ctx.config.bench.threads))
+            reference = reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
+                                          self.ctx.runners, self.ctx.config.bench.threads)
+            return float_art, (calib, ev, *reference)
         from optcli.backends.torch.runner import TorchRunner
 
         assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
@@ -306,10 +307,12 @@ class BuildCpuStage(Stage):
                 folder=folder, candidates=cands, records={"candidate": cand.name, "source_sha256": artifact.sha256}))
 
         result, timing = search_candidates(
-            cands, build=build, check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
+            cands, build=build,
+            check=lambda c: self._evaluate(c, reference, names, ev, tol, threads, artifact, float_art),
             open_runner=lambda c: self._open(c, threads), release_runner=self.ctx.runners.release, arrays=arrays,
             batch=batch, cfg=cfg, feats=feats, deadline=self.ctx.state.deadline,
-            budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1), weight_bytes=weights)
+            budget_used=lambda c: budget_used(c.accuracy or {}, tol.cosine, tol.max_abs, tol.top1),
+            weight_bytes=weights)
         timing["inputs"] = "evaluation samples" if sample is not None else "random inputs"
         return result, timing
 

@@ -123,7 +123,8 @@ class ExportStage(Stage):
         tm = self.ctx.torch_model
         if tm is None:
             raise StageError("export needs a PyTorch model")
-        exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.exporter]
+        exporters = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"],
+                     "torchscript": ["torchscript"]}[cfg.exporter]
         if needs_torchscript_exporter(artifact.format) and "torchscript" in exporters:
             exporters = ["torchscript"]  # the dynamo exporter refuses ScriptModules
         elif tm.exported_program is not None and len(exporters) > 1:

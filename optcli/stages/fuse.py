@@ -86,7 +86,8 @@ class FuseStage(Stage):
         after = op_histogram(graph_view(out))
         details.fusions = FusionCounts.from_json(fusions_made(before, after))
         return StageResult(Artifact(out, "onnx", stage=self.name, parent=artifact.sha256,
-                                    meta={"flavour": "onnxruntime-extended" if level == "extended" else "onnx-standard"}),
+                                    meta={"flavour": "onnxruntime-extended" if level == "extended"
+                                          else "onnx-standard"}),
                            details)
 
     def _transformer_fusions(self, src: Path, dst: Path) -> dict[str, int]:

@@ -60,7 +60,8 @@ class SimplifyStage(Stage):
         try:
             simplified, ok = onnxsim.simplify(model, check_n=0, skipped_optimizers=self.skipped_optimizers())
         except Exception as exc:  # onnxsim raises RuntimeError/ValidationError from C++
-            raise StageError(f"onnxsim failed: {str(exc).strip().splitlines()[0][:240] if str(exc).strip() else type(exc).__name__}",
+            first = str(exc).strip().splitlines()[0][:240] if str(exc).strip() else type(exc).__name__
+            raise StageError(f"onnxsim failed: {first}",
                              hint="skip this stage with --no-simplify") from exc
         if not ok:
             raise StageError("onnxsim could not validate the simplified model", hint="skip it with --no-simplify")

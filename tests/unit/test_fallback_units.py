@@ -232,7 +232,8 @@ def test_user_excludes_reads_a_graph_file_only_where_there_are_patterns(tmp_path
     monkeypatch.setattr(fallback, "graph_view", lambda p: parsed.append(p) or real(p))
 
     def ctx(patterns: list[str]) -> SimpleNamespace:
-        return SimpleNamespace(config=SimpleNamespace(quantize=SimpleNamespace(exclude_nodes=patterns)), state=RunState())
+        return SimpleNamespace(config=SimpleNamespace(quantize=SimpleNamespace(exclude_nodes=patterns)),
+                               state=RunState())
 
     assert fallback.user_excludes(ctx([]), path) == [] and not parsed
     assert fallback.user_excludes(ctx([names[0]]), path) == [names[0]] and parsed == [path]

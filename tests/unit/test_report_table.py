@@ -11,7 +11,8 @@ from optcli.report import RunReport, StageReport
 def test_long_reasons_are_cut_and_brackets_survive() -> None:
     long = "nothing to choose: " + "; ".join(f"openvino-int8-{i}: --backend onnxruntime" for i in range(6))
     report = RunReport(optcli_version="0", model={"path": "m.onnx"}, target="cpu", environment={}, config={},
-                       stages=[StageReport("build-cpu", "skipped", long), StageReport("fuse", "skipped", "set [cpu] search")])
+                       stages=[StageReport("build-cpu", "skipped", long),
+                               StageReport("fuse", "skipped", "set [cpu] search")])
     console = Console(width=200, record=True)
     console.print(report_table(report))
     text = console.export_text()

@@ -26,4 +26,5 @@ def optimize_offline(src: Path, dst: Path, level: str, hint: str) -> None:
     try:
         ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise StageError(f"onnxruntime's optimizer failed: {str(exc).strip().splitlines()[0][:240]}", hint=hint) from exc
+        raise StageError(f"onnxruntime's optimizer failed: {str(exc).strip().splitlines()[0][:240]}",
+                         hint=hint) from exc

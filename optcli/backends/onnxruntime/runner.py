@@ -97,7 +97,8 @@ class OnnxRuntimeRunner(Runner):
             # onnxruntime falls back to the CPU with only a warning (a CPU-only onnxruntime, or
             # onnxruntime-gpu without a usable CUDA): a figure labelled cuda would be the CPU's.
             raise DeviceUnavailableError(
-                f"device {self.device!r}: onnxruntime could not use {wanted} (it has {', '.join(ort.get_available_providers())})",
+                f"device {self.device!r}: onnxruntime could not use {wanted} "
+                f"(it has {', '.join(ort.get_available_providers())})",
                 hint="install onnxruntime-gpu built for this machine's CUDA (pip install 'optcli[gpu]', not beside "
                      "onnxruntime) on a machine with an NVIDIA GPU, or use device='cpu'")
         return session
