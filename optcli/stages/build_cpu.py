@@ -273,9 +273,9 @@ class BuildCpuStage(Stage):
                 check_exclude_ops(ops, {n.op_type for n in graph.graph.node}, earlier_op_types(self.ctx, ops))
             specs, _ = io_specs(graph)
             calib, ev = self._data(specs)  # the FP32 outputs are the INT8 stage's, computed once per run
-            reference = reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
+            outs = reference_outputs(self.ctx.state.fp32_outputs, float_art.path, float_art.sha256, ev,
                                           self.ctx.runners, self.ctx.config.bench.threads)
-            return float_art, (calib, ev, *reference)
+            return float_art, (calib, ev, *outs)
         from optcli.backends.torch.runner import TorchRunner
 
         assert self.ctx.torch_model is not None  # skip_reason: a non-ONNX input is PyTorch
