@@ -170,7 +170,7 @@ def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[s
             and len(set(lengths)) > 1:
         known = [int(n) for n in lengths if n is not None]
         if plan.grouping == "bucket":
-            from optcli.length_buckets import BucketOptions, group_lengths
+            from optcli.length_groups import BucketOptions, group_lengths
 
             groups = [[int(i) for i in g] for g in group_lengths(np.array(known), BucketOptions(plan.bucket,
                                                                                                 plan.max_groups))]

@@ -25,7 +25,7 @@ from typing import Any
 
 from optcli.batch_merge import PaddingPlan, batch_blocker, merge_key, padding_plan, rows, run_padded
 from optcli.errors import UsageError
-from optcli.length_buckets import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
+from optcli.length_groups import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
 
 _KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size, padding, padding_bucket"
 PADDING = ("auto", "longest", "bucket", "off")

@@ -207,7 +207,8 @@ def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) ->
 def _bucketed(runner: Any, settings: BenchSettings) -> Any:
     if not settings.length_buckets:
         return runner
-    from optcli.length_buckets import BucketOptions, LengthBucketedRunner
+    from optcli.length_buckets import LengthBucketedRunner
+    from optcli.length_groups import BucketOptions
 
     return LengthBucketedRunner(runner, BucketOptions())
 

@@ -61,7 +61,7 @@ def fixed_batch(runner: Any) -> int | None:
 
 def length_order(samples: SampleSet) -> np.ndarray | None:
     """Sample indices by valid length (the attention mask's extent), or None for samples without one."""
-    from optcli.length_buckets import row_extents
+    from optcli.length_groups import row_extents
 
     mask = sequence_mask(samples.arrays)
     if mask is None or len(mask) <= LENGTH_BATCH:

@@ -194,7 +194,7 @@ def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, i
 
 def length_figures(mask: np.ndarray, length: int, bucket: int) -> dict[str, Any]:
     """The data's valid lengths and the share of positions the rewrite computes at batch 1."""
-    from optcli.length_buckets import row_extents
+    from optcli.length_groups import row_extents
 
     valid = (mask != 0).sum(1)
     extent = row_extents(mask)

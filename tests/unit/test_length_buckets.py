@@ -11,7 +11,8 @@ from onnx import TensorProto, helper
 import optcli
 from compile_testkit import make_matmul_add_relu
 from optcli.errors import UsageError
-from optcli.length_buckets import BucketOptions, bucket_options, group_rows
+from optcli.length_buckets import bucket_options, group_rows
+from optcli.length_groups import BucketOptions
 
 
 def _mask(extents: list[int], length: int = 64) -> np.ndarray:

@@ -66,7 +66,7 @@ def _calibration_items(model: Any, names: list[str], calib: SampleSet) -> tuple[
     import numpy as np
 
     from optcli.accuracy import sequence_mask
-    from optcli.length_buckets import row_extents
+    from optcli.length_groups import row_extents
 
     n = len(calib)
     shapes = [p.get_partial_shape() for p in model.inputs]
