@@ -436,3 +436,16 @@ def core_stages(report: dict[str, Any], names: tuple[str, ...] = CORE_STAGES) ->
 def core_statuses(report: dict[str, Any]) -> list[str]:
     return [s["status"] for s in core_stages(report)]
 
+
+def one_error_line(code: int, stderr: str, expected: int, *fragments: str) -> str:
+    """The CLI's bad-input contract: exit `expected`, no traceback, exactly one `error:` line followed by a
+    `hint:` line, the error line holding every fragment. Returns the error line."""
+    assert code == expected, stderr
+    assert "Traceback" not in stderr, stderr
+    assert expected != 2 or "internal error" not in stderr, stderr  # bad input is never optcli's own fault
+    lines = stderr.splitlines()
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
+    assert len(errors) == 1 and lines[errors[0] + 1].startswith("hint: "), stderr
+    for fragment in fragments:
+        assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
+    return lines[errors[0]]

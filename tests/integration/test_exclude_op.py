@@ -8,20 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compile_testkit import read_report, run_main
+from compile_testkit import one_error_line, read_report, run_main
 
 EXIT_USAGE = 2
-
-
-def one_error_line(code: int, stderr: str, *fragments: str) -> str:
-    assert code == EXIT_USAGE, stderr
-    assert "Traceback" not in stderr, stderr
-    lines = stderr.splitlines()
-    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[errors[0] + 1].startswith("hint: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
-    return lines[errors[0]]
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
@@ -34,11 +23,11 @@ def test_an_exclude_op_the_graph_lacks_exits_2(matmul_onnx: Path, tmp_path: Path
     args = ["compile", str(matmul_onnx), "--int8", "--calib", str(calib), "--no-bench", "--target", "cpu",
             "--backend", backend, "--tolerance", "cosine=0"]
     code, _, stderr = run_main(*args, "--no-fuse", "--out", str(tmp_path / "typo"), "--exclude-op", "Matmul")
-    line = one_error_line(code, stderr, "--exclude-op Matmul", "did you mean MatMul")
+    line = one_error_line(code, stderr, EXIT_USAGE, "--exclude-op Matmul", "did you mean MatMul")
     code, _, stderr = run_main(*args, "--no-fuse", "--out", str(tmp_path / "ok"), "--exclude-op", "MatMul")
     assert code == 0, (line, stderr)
     q = [s for s in read_report(tmp_path / "ok")["stages"] if s["name"] == "quantize-int8" and s["status"] == "ok"]
     assert all(len(s["details"]["excluded_by_user"]) == 1 for s in q)  # the one MatMul stays in float
     # The fuse stage turns MatMul + Add into Gemm: excluding MatMul would keep nothing in float, so it says so.
     code, _, stderr = run_main(*args, "--out", str(tmp_path / "fused"), "--exclude-op", "MatMul")
-    one_error_line(code, stderr, "--exclude-op MatMul", "no MatMul node is left")
+    one_error_line(code, stderr, EXIT_USAGE, "--exclude-op MatMul", "no MatMul node is left")

@@ -11,21 +11,11 @@ from pathlib import Path
 import pytest
 
 import optcli
-from compile_testkit import FAST_BENCH_TOML, read_report, run_main
+from compile_testkit import FAST_BENCH_TOML, one_error_line, read_report, run_main
 from optcli.errors import UsageError
 
 EXIT_USAGE = 2
 COMPILE = ("--no-bench", "--backend", "onnxruntime", "--target", "cpu")
-
-
-def one_error_line(code: int, stderr: str, *fragments: str) -> None:
-    assert code == EXIT_USAGE, stderr
-    assert "Traceback" not in stderr, stderr
-    lines = stderr.splitlines()
-    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[errors[0] + 1].startswith("hint: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
 
 
 @pytest.fixture()
@@ -67,7 +57,7 @@ def test_a_config_file_cannot_send_the_output_outside_its_project(project: Path,
     text = {"ABSOLUTE": str(elsewhere)}.get(out, out).replace("\x00", "\\u0000")
     write_config(project, config_name, text)
     code, _, stderr = run_main("compile", str(matmul_onnx), *COMPILE)
-    one_error_line(code, stderr, config_name, "[compile] out")
+    one_error_line(code, stderr, EXIT_USAGE, config_name, "[compile] out")
     assert untouched(elsewhere) and not (elsewhere / "sub").exists()
     assert not (elsewhere / ".optcli.lock").exists()
 
@@ -104,7 +94,7 @@ def test_an_explicit_config_file_names_a_folder_inside_its_own_folder(project: P
 def test_a_non_empty_folder_optcli_did_not_make_is_refused(matmul_onnx: Path, tmp_path: Path) -> None:
     mine = user_folder(tmp_path / "notes")
     code, _, stderr = run_main("compile", str(matmul_onnx), "--out", str(mine), *COMPILE)
-    one_error_line(code, stderr, str(mine), "not an optcli output folder")
+    one_error_line(code, stderr, EXIT_USAGE, str(mine), "not an optcli output folder")
     assert untouched(mine) and sorted(os.listdir(mine)) == [".report.json.abc.partial", "report.json", "report.md"]
     with pytest.raises(UsageError, match="not an optcli output folder"):
         optcli.compile(str(matmul_onnx), out=mine, bench=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compile_testkit import read_report, run_main, run_optcli
+from compile_testkit import one_error_line, read_report, run_main, run_optcli
 from optcli.calibration.split import DEFAULT_MAX_SAMPLES, MAX_EVAL_SAMPLES
 
 EXIT_USAGE = 2
@@ -57,17 +57,6 @@ def plugin(tmp_path: Path) -> Path:
     (tmp_path / "calib").mkdir()
     (tmp_path / "calib" / "unused.txt").write_text("the plugin makes its own samples")
     return path
-
-
-def one_error_line(code: int, stderr: str, expected: int, *fragments: str) -> str:
-    assert code == expected, stderr
-    assert "Traceback" not in stderr, stderr
-    lines = stderr.splitlines()
-    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[errors[0] + 1].startswith("hint: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
-    return lines[errors[0]]
 
 
 # -- item 5: a reader that never stops ---------------------------------------------------------------

@@ -9,45 +9,17 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import optcli
-from compile_testkit import FAST_BENCH_TOML, read_report, run_main
+from compile_testkit import FAST_BENCH_TOML, one_error_line, read_report, run_main
 from optcli.backends import registry
 from optcli.errors import UsageError
 
 EXIT_USAGE = 2
-
-
-def one_error_line(code: int, stderr: str, *fragments: str) -> str:
-    assert code == EXIT_USAGE, stderr
-    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
-    lines = stderr.splitlines()
-    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[errors[0] + 1].startswith("hint: "), stderr
-    for fragment in fragments:
-        assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
-    return lines[errors[0]]
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, matmul_onnx: Path) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "mlp"
-    code, _, err = run_main("compile", str(matmul_onnx), "--out", str(out), "--no-bench", "--backend", "onnxruntime",
-                            "--target", "cpu")
-    assert code == 0, err
-    return out
-
-
-@pytest.fixture()
-def run_copy(run_dir: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(run_dir, dst)
-    return dst
 
 
 def final_record(run: Path) -> Path:
@@ -106,7 +78,7 @@ def test_a_record_may_not_supply_this_runner_option(run_copy: Path, tmp_path: Pa
                 ["profile", str(run_copy), "--runs", "2", "--warmup", "0"],
                 ["export-triton", str(run_copy), "--repo", str(tmp_path / "repo"), "--backend", "python"]):
         code, _, stderr = run_main(*cmd)
-        one_error_line(code, stderr, "stage.json")
+        one_error_line(code, stderr, EXIT_USAGE, "stage.json")
     assert not elsewhere.exists()  # no profile was written where the record said
     assert not list((tmp_path / "repo").rglob("model.py")) if (tmp_path / "repo").exists() else True
 
@@ -164,7 +136,7 @@ TOO_MANY = str((os.cpu_count() or 1) + 1)
 def test_threads_above_the_cores_exit_2(matmul_onnx: Path, tmp_path: Path, args: list[str]) -> None:
     args = [str(matmul_onnx) if a == "MODEL" else a for a in args]
     code, _, stderr = run_main(*args, *(["--out", str(tmp_path / "o"), "--no-bench"] if args[0] == "compile" else []))
-    one_error_line(code, stderr, "threads", "cores")
+    one_error_line(code, stderr, EXIT_USAGE, "threads", "cores")
     assert not (tmp_path / "o" / "report.json").exists()
 
 
@@ -172,7 +144,7 @@ def test_threads_from_a_config_file_are_bounded_too(matmul_onnx: Path, tmp_path:
     (tmp_path / "optcli.toml").write_text(FAST_BENCH_TOML + "threads = 100000\n")
     code, _, stderr = run_main("compile", str(matmul_onnx), "--config", str(tmp_path / "optcli.toml"),
                                "--out", str(tmp_path / "o"))
-    one_error_line(code, stderr, "threads", "cores")
+    one_error_line(code, stderr, EXIT_USAGE, "threads", "cores")
 
 
 @pytest.mark.parametrize("threads", [0, -1, 100000, "4", 2.5, True])
