@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -449,3 +450,20 @@ def one_error_line(code: int, stderr: str, expected: int, *fragments: str) -> st
     for fragment in fragments:
         assert fragment in lines[errors[0]], (fragment, lines[errors[0]])
     return lines[errors[0]]
+
+
+def call_together(fn: Any, items: list) -> list:
+    """Call fn(item) from one thread per item, all released at once; results in item order."""
+    gate = threading.Barrier(len(items))
+    out: list = [None] * len(items)
+
+    def worker(i: int) -> None:
+        gate.wait()
+        out[i] = fn(items[i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out

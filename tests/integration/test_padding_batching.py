@@ -5,13 +5,13 @@ each caller gets what the model gives it alone: its own length on outputs with a
 equal at every position; the pooled output equal."""
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import optcli
+from compile_testkit import call_together
 from optcli.batch_merge import length, merge, merge_key, padding_plan, run_padded, split
 from optcli.tensor_spec import TensorSpec
 from serve_testkit import export_bert_encoder
@@ -30,22 +30,6 @@ def request(n: int, seed: int) -> dict[str, np.ndarray]:
     ids = rng.integers(1, 200, (1, n)).astype(np.int64)
     types = (np.arange(n) >= n // 2).astype(np.int64)[None]  # two segments: a token type that is not 0
     return {"input_ids": ids, "attention_mask": np.ones((1, n), np.int64), "token_type_ids": types}
-
-
-def call_together(fn, items: list) -> list:  # type: ignore[no-untyped-def]
-    gate = threading.Barrier(len(items))
-    out: list = [None] * len(items)
-
-    def worker(i: int) -> None:
-        gate.wait()
-        out[i] = fn(items[i])
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(items))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
 
 
 def alone(path: Path, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

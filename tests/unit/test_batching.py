@@ -2,7 +2,6 @@
 unbatched ones, concurrent calls share batches, sequence lengths never mix, the knobs are Triton's."""
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import optcli
+from compile_testkit import call_together
 from optcli.batch_merge import merge_key
 from optcli.batching import BatchingOptions, batching_options, parse_batching, pick_batch
 from optcli.errors import UsageError
@@ -41,23 +41,6 @@ def seq_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _rows(n: int, seq: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((1, seq)).astype(np.float32) for _ in range(n)]
-
-
-def _call_together(fn, items: list) -> list:
-    """Call fn(item) from one thread per item, all released at once; results in item order."""
-    gate = threading.Barrier(len(items))
-    out: list = [None] * len(items)
-
-    def worker(i: int) -> None:
-        gate.wait()
-        out[i] = fn(items[i])
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(items))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return out
 
 
 def test_options_use_tritons_names_and_refuse_bad_values():
@@ -103,7 +86,7 @@ def test_concurrent_calls_share_batches_and_match_unbatched(seq_onnx):
     with optcli.load(seq_onnx) as plain:
         want = [plain.predict(x) for x in xs]
     with optcli.load(seq_onnx, batching={"max_batch_size": 8, "max_queue_delay_microseconds": 20000}) as m:
-        got = _call_together(m.predict, xs)
+        got = call_together(m.predict, xs)
         stats = m.stats()
     for g, w in zip(got, want):
         np.testing.assert_allclose(g["y"], w["y"], rtol=1e-6)
@@ -150,7 +133,7 @@ def test_concurrency_runs_batches_side_by_side(seq_onnx):
     back (a lost one would first slow the batcher down, then hang it)."""
     xs = _rows(16, 3, seed=4)
     with optcli.load(seq_onnx, concurrency=2, batching={"max_batch_size": 4}) as m:
-        got = _call_together(lambda x: [m.predict(x)["y"] for _ in range(25)][-1], xs)
+        got = call_together(lambda x: [m.predict(x)["y"] for _ in range(25)][-1], xs)
         batcher = m._batcher  # the count of free sessions is internal state
         assert batcher.idle == batcher.handles == 2 and not batcher.queue
         assert m.stats()["rows"] == 16 * 25
