@@ -53,7 +53,7 @@ def compile_once(name: str, search: str, out: Path, model: str | None = None) ->
     stages = {s.name: s.seconds for s in report.stages if s.seconds is not None}
     row: dict[str, Any] = {"wall_s": round(wall, 2), "status": report.status, "stages_s": stages,
                            "around_stages_s": round(wall - sum(stages.values()), 2)}
-    build = report.stage("build-cpu")
+    build = report.stage("build")
     if report.status == "ok" and build is not None:
         d = build.details
         row.update(chosen=d.get("chosen"), why=d.get("why"), cosine=(build.accuracy or {}).get("cosine_mean"),
@@ -202,7 +202,7 @@ def bar_peer(peers: dict[str, Any]) -> str:
 
 
 def _int8_work(r: dict[str, Any]) -> float:
-    return sum(r["stages_s"].get(k, 0.0) for k in ("quantize-int8", "build-cpu"))
+    return sum(r["stages_s"].get(k, 0.0) for k in ("quantize-int8", "build"))
 
 
 def summary(res: dict[str, Any]) -> list[str]:

@@ -124,7 +124,7 @@ def variants(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[s
         final = rep.final
         path = folder / precision / final["artifact"]
         options = dict(final.get("runner_options") or {})
-        build = rep.stage("build-cpu")
+        build = rep.stage("build")
         facts[label] = {"artifact": final["artifact"], "format": final["format"], "flavour": final.get("flavour"),
                         "chosen": (build.details or {}).get("chosen") if build else None,
                         "why": (build.details or {}).get("why") if build else None}

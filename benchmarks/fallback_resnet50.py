@@ -143,7 +143,7 @@ def main() -> None:
             print(f"  {u['module']}  {u['local_damage']}")
     if fb and st.status in ("ok", "failed"):
         measure(args.out / "run", fb, st.details["flavour"]["name"])
-    b = report.stage("build-cpu")
+    b = report.stage("build")
     if b is not None and b.details.get("candidates"):
         print(f"build-cpu: {b.status}, chose {b.details.get('chosen')}: {b.details.get('why')}")
         for c in b.details["candidates"]:

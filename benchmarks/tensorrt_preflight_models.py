@@ -5,9 +5,9 @@
 Builds transformers' ResNet-50 and BERT-base from their default configs with random weights (no
 hub), exports them, and runs `optcli compile --target tensorrt` (--int8 with random calibration
 data, or --fp16) through the TensorRT double and the torch.cuda stand-in of tests/contract, so the
-quantize stages and build-tensorrt run their preflight on exactly the graphs a GPU would get. Prints
+quantize stages and the engine build run their preflight on exactly the graphs a GPU would get. Prints
 one line per model and precision: the stage statuses and the preflight findings of the graph that
-reached build-tensorrt. Minutes on a 2-core CPU; the figures are not speed measurements.
+reached the engine build. Minutes on a 2-core CPU; the figures are not speed measurements.
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "contract")]
 def install_doubles(cache: Path) -> None:
     import os
 
+    import optcli.backends.tensorrt.engine_build as stage_module
     import optcli.backends.tensorrt.probe as probe
     import optcli.backends.tensorrt.runner as runner_module
-    import optcli.stages.build_tensorrt as stage_module
     from fake_cuda import TorchShim  # type: ignore[import-not-found]
     from fake_tensorrt import make_tensorrt  # type: ignore[import-not-found]
 

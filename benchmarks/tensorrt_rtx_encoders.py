@@ -99,7 +99,7 @@ def compile_one(name: str, onnx_path: Path, calib_dir: Path, out: Path) -> dict[
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
         return row
     stages = {s["name"]: s for s in report["stages"]}
-    build = stages.get("build-tensorrt") or {}
+    build = stages.get("build") or {}
     details = build.get("details") or {}
     q = (stages.get("quantize-int8") or {}).get("details") or {}
     acc = (stages.get("quantize-int8") or {}).get("accuracy") or {}

@@ -157,7 +157,7 @@ def runners(name: str, out: Path) -> tuple[dict[str, Callable[[], Any]], dict[st
         t0 = time.perf_counter()
         rep = compile_variant(pt2, data, folder, unpad)
         stage = rep.stage("unpad")
-        build = rep.stage("build-cpu")
+        build = rep.stage("build")
         facts[label] = {"chosen": (build.details or {}).get("chosen"), "compile_s": round(time.perf_counter() - t0, 1),
                         "unpad": stage.status + (f": {stage.reason}" if stage.reason else "") if stage else "off"}
         final = rep.final

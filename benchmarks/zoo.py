@@ -127,12 +127,12 @@ def compile_row(family: str, kind: str, form: str, precision: str, model: str, n
     if dep and ref and dep.get("p50"):
         row["speedup"] = round(ref["p50"] / dep["p50"], 2)
         row["baseline"] = ref.get("runtime")
-    gated = stages.get("build-cpu") or stages.get("quantize-int8") or export
+    gated = stages.get("build") or stages.get("quantize-int8") or export
     acc = gated.get("accuracy") or {}
     if "cosine_mean" in acc:
         row["cosine"] = round(acc["cosine_mean"], 5)
     row["artifact"] = f"{final.get('backend', '-')}" if final else "-"
-    build = stages.get("build-tensorrt") or {}
+    build = stages.get("build") or {}
     if target != "cpu":
         details = build.get("details") or {}
         row["build"] = build.get("status", "-")

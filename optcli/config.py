@@ -8,8 +8,8 @@ CLI flags, grouped by table:
     [export]             opset = 18
     [fuse]               level = "extended"
     [bench]              runs = 200
-    [cpu]                backend = "openvino"        (the build-cpu stage's: optcli/cpu/options.py)
-    [tensorrt]           workspace = "4G"            (build-tensorrt's: optcli/backends/tensorrt/options.py)
+    [cpu]                backend = "openvino"        (the CPU build's: optcli/cpu/options.py)
+    [tensorrt]           workspace = "4G"            (the engine build's: optcli/backends/tensorrt/options.py)
 
 TOML tables, CLI flags, `optcli.compile(**options)` keywords and `optcli compare --variant` strings all
 go through set_option. A running pipeline freezes its copy of the config: changing it then is an error.

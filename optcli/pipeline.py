@@ -31,6 +31,7 @@ from optcli.report import (
     GraphStats,
     LatencyPair,
     ModelInfo,
+    PlanRecord,
     RunReport,
     StageReport,
     Status,
@@ -158,7 +159,7 @@ class Pipeline:
                                      "loaded_as": loaded_as or None})
         config_file = self.config.config_file_record()
         report = RunReport(
-            optcli_version=__version__, model=model, target=target,  # type: ignore[arg-type]
+            optcli_version=__version__, model=model, target=target, target_reason=target_reason,  # type: ignore[arg-type]
             environment=EnvironmentInfo.from_json(environment()), config=self.config.to_json(),
             stages=[StageReport(s.name) for s in stages],
             config_file=ConfigFileRecord.from_json(config_file) if config_file else None)
@@ -192,12 +193,14 @@ class Pipeline:
             # Measure PyTorch eager before export runs: the exporter leaves global state behind.
             self.emit("phase", {"text": "measuring PyTorch eager"})
             self.measure.latency(ctx, artifact, full=True)  # the final's baseline: export's row reuses it
+        report.plan = PlanRecord.from_json(ctx.plan.to_json())
         for index, (stage, record) in enumerate(zip(stages, report.stages), 1):
             self._current = record
             self.emit("stage_start", {"name": stage.name, "index": index, "total": len(stages)})
             artifact = self._run_stage(ctx, stage, record, artifact, self.out / f"{index:02d}-{stage.name}", reference,
                                        stages[index:])
             ctx.state.artifacts[stage.name] = artifact
+            report.plan = PlanRecord.from_json(ctx.plan.to_json())  # the route is decided by now where it applies
             report.write(self.out)
             self.emit("stage_end", record.to_json())
             if record.status == "failed":

@@ -1,9 +1,9 @@
-"""The CPU build-recipe interface: how a backend offers build-cpu its candidates.
+"""The CPU build-recipe interface: how a backend offers the CPU build its candidates.
 
 A recipe is one way to make a CPU artifact (run the input ONNX as it is, convert it to an OpenVINO IR,
 quantize with NNCF, compile the exported program with AOTInductor ...). One recipe per file under
 optcli/backends/<name>/recipes/, an instance named RECIPE, listed in the backend's descriptor
-(`cpu_recipes`). build-cpu asks every registered backend's recipes to `plan` for the precision asked,
+(`cpu_recipes`). The CPU build asks every registered backend's recipes to `plan` for the precision asked,
 skips what a forced `--backend` or a missing package rules out, `build`s the rest, gates each on
 accuracy against the FP32 ONNX on held-out data, measures all in one interleaved run and keeps the
 fastest within tolerance. A recipe builds; it does not evaluate, measure or choose.
@@ -103,12 +103,12 @@ class PlanRequest:
     input_flavour: str | None = None            # the quantize stage's flavour of the input (int8-qdq-u8s8 ...)
     dynamic_input: bool = False                 # the input ONNX is dynamically quantized
     encoder: bool = False                       # the input ONNX looks like a transformer encoder
-    input_format: str = "onnx"                  # build-cpu's input artifact format
+    input_format: str = "onnx"                  # the CPU build's input artifact format
     torch_source: bool = False                  # the user's model is PyTorch (a .pt2 or module to build from)
     batch: int = 1                              # the batch candidates are measured at ([bench] batch)
     installed: dict[str, bool] = field(default_factory=dict)   # backend name -> installed (absent: ask)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend name -> its cpu_facts()
-    no_int8_graph: str | None = None            # int8: why build-cpu's input is not the quantize stage's INT8 graph
+    no_int8_graph: str | None = None            # int8: why the CPU build's input is not the quantize stage's INT8 graph
 
 
 @dataclass
@@ -126,7 +126,7 @@ class RecipeContext:
     """Everything a recipe may read to build one candidate."""
 
     stage: StageContext                         # the run: config, the user's model, inputs, facts
-    artifact: Artifact                          # build-cpu's input ONNX (quantized where int8)
+    artifact: Artifact                          # the CPU build's input ONNX (quantized where int8)
     lineage: list[Artifact]                     # this run's artifacts, newest first (`artifact` first)
     calib: SampleSet | None                     # calibration samples (int8), None otherwise
     eval: SampleSet                             # held-out evaluation samples (the gate runs on these)

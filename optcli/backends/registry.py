@@ -96,10 +96,11 @@ class Backend:
     heavy_builds: bool = False                  # its CPU builds hold whole extra copies of the weights (a
                                                 # converted model, a compiled one): the fast search skips them
                                                 # on models over 2 GB (optcli/cpu/search_run.py)
-    gpu_recipes: tuple[str, ...] = ()           # "module:attribute" what builds its artifacts on a GPU
     target: str | None = None                   # the --target whose pipeline ends in building its artifact
     target_check: str | None = None             # "module:function" () -> str: why the target is usable here
                                                 # (a summary), raising an OptcliError (exit 4) where it is not
+    engine_build: str | None = None             # "module:Class" the build stage's work for its target
+                                                # (an optcli.plan.build_work.BuildWork)
     toolkit: str | None = None                  # "module:TOOLKIT" the NVIDIA builder it builds with
                                                 # (optcli.backends.tensorrt.toolkit): the ONNX stages then
                                                 # prepare the graph for TensorRT's parser

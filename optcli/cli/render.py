@@ -68,7 +68,7 @@ def report_table(report: RunReport) -> Table:
                          overflow="fold")
     for row in stage_rows(report):
         status = row[1].split(":")[0]
-        # A skip reason can run to a paragraph (build-cpu lists every candidate): the stage lines above
+        # A skip reason can run to a paragraph (the CPU build lists every candidate): the stage lines above
         # and report.md carry it whole; here it would fold into dozens of lines.
         text = row[1] if len(row[1]) <= _STATUS_WIDTH else row[1][:_STATUS_WIDTH - 1].rstrip() + "…"
         row[1] = f"[{_STATUS_STYLE.get(status, '')}]{escape(text)}[/]"
@@ -92,7 +92,7 @@ def loaded_line(report: RunReport) -> str | None:
 
 
 def search_lines(details: BuildCpuDetails) -> list[str]:
-    """build-cpu's search: seconds per candidate (build, accuracy check, measurement), what it skipped."""
+    """The CPU build's search: seconds per candidate (build, accuracy check, measurement), what it skipped."""
     search = details.search
     if not search:
         return []
@@ -157,8 +157,8 @@ def final_lines(report: RunReport) -> list[str]:
     built = next((s.details for s in report.stages if isinstance(s.details, BuildCpuDetails) and s.status in DONE),
                  None)
     if built is not None and built.chosen:
-        # Which CPU backend won, and why: the table's build-cpu row only shows the winner's latency.
-        lines.append(f"  build-cpu chose {built.chosen}: {built.why}")
+        # Which CPU backend won, and why: the table's build row only shows the winner's latency.
+        lines.append(f"  build chose {built.chosen}: {built.why}")
         lines += search_lines(built)
     from optcli.environment import busy_warning
 

@@ -1,4 +1,4 @@
-"""build-cpu's candidates: planned from every registered backend's recipes, then chosen by measurement.
+"""The CPU build's candidates: planned from every registered backend's recipes, then chosen by measurement.
 
 Which candidates exist for a precision is each recipe's answer (optcli/backends/<name>/recipes/, listed
 in the backend's descriptor); a backend that is not installed or not allowed by --backend turns its

@@ -1,5 +1,5 @@
 """INT8 against FP32 where the priors do not assume INT8 wins: on a CPU without VNNI (u8 x s8 pairs saturate
-in int16, and the overflow-safe recipes use 7-bit weights) build-cpu measures the INT8 it chose against the
+in int16, and the overflow-safe recipes use 7-bit weights) the CPU build measures the INT8 it chose against the
 FP32 reference graph on onnxruntime in one short interleaved run, records both, and says in one line where
 INT8 is not faster. The choice among INT8 candidates still follows their measurement; shipping FP32
 instead is the user's call (a compile without --int8)."""

@@ -1,4 +1,4 @@
-"""CpuConfig: the `[cpu]` section of a compile config (the build-cpu stage), and which backends exist.
+"""CpuConfig: the `[cpu]` section of a compile config (the build stage on the CPU), and which backends exist.
 
     [cpu]
     backend = "auto"        # --backend auto, or a registered backend with CPU recipes (onnxruntime, openvino)
@@ -34,7 +34,7 @@ SEARCH_MODES = ("fast", "thorough")
 
 @dataclass
 class CpuConfig:
-    """How the build-cpu stage picks and measures its candidates."""
+    """How the build stage on the CPU picks and measures its candidates."""
 
     backend: str = "auto"
     nncf: str = "auto"

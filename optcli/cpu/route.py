@@ -1,13 +1,13 @@
 """The fast search's route through the pipeline on a CPU, decided once per run before the graph stages.
 
 INT8 on a CPU has two routes to an artifact. onnxruntime's runs simplify -> fuse -> the quantize stage,
-whose INT8 graph build-cpu runs as it is (or converts to an OpenVINO IR). OpenVINO's NNCF and re-quantized
+whose INT8 graph the CPU build runs as it is (or converts to an OpenVINO IR). OpenVINO's NNCF and re-quantized
 candidates start from the exporter's graph and never read what those three stages write. Where the
 priors (optcli/search/priors.py) say no candidate of the first route can win against the predicted
 winner of the second (on a CPU with VNNI: BERT-base and MiniLM, where NNCF's transformer setting won;
 ResNet-50), the fast search leaves the three stages out: on BERT-base they were 30 of a 93 s compile,
 for a candidate measured 1.29x slower. `--search thorough` runs every stage and every candidate. Where
-the bet loses (no OpenVINO candidate builds or passes), build-cpu runs the quantize stage's INT8 itself:
+the bet loses (no OpenVINO candidate builds or passes), the CPU build runs the quantize stage's INT8 itself:
 the plan's last resort (optcli/plan/run_plan.py), which holds the route and the stages it leaves out.
 
 At FP32 and BF16 the route is simpler: simplify and fuse feed only onnxruntime's candidate, and
@@ -134,7 +134,7 @@ def _float_route(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) 
 
 def _planned(config: Any, torch_source: bool, artifact: Artifact, cfg: Any, ops: dict[str, int], encoder: bool,
              **request: Any) -> tuple[list[Any], Any]:
-    """The candidates build-cpu would plan for this run's precision from `artifact` as the fast search
+    """The candidates the CPU build would plan for this run's precision from `artifact` as the fast search
     does (heavy builds left out on a huge model), and the features the priors look them up by."""
     from optcli.backends.recipe import PlanRequest
     from optcli.cpu.candidates import backend_facts, plan

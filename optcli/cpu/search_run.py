@@ -1,4 +1,4 @@
-"""build-cpu's candidates through the backend-agnostic search (optcli/search/): the runners that
+"""The CPU build's candidates through the backend-agnostic search (optcli/search/): the runners that
 measure them, and what the search learned written back onto each Candidate (prediction, seconds
 per phase, latency, why one was not built)."""
 from __future__ import annotations

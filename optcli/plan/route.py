@@ -15,7 +15,7 @@ FLOAT_ROUTE = (StageName.SIMPLIFY, StageName.FUSE)
 @dataclass
 class Route:
     """The decision: `skip` says why the fast search leaves out `stages` (None: it runs them);
-    `stage_note` is what a skipped stage's row says about it; `planned`: the candidates build-cpu was
+    `stage_note` is what a skipped stage's row says about it; `planned`: the candidates the CPU build was
     planned to consider from the graph the route was decided on."""
 
     skip: str | None = None
@@ -26,7 +26,7 @@ class Route:
 
     @property
     def skips_quantize(self) -> bool:
-        """The route left out the quantize stage's INT8 (the plan then holds build-cpu's last resort)."""
+        """The route left out the quantize stage's INT8 (the plan then holds the CPU build's last resort)."""
         return self.skip is not None and StageName.QUANTIZE_INT8 in self.stages
 
     def stage_skip(self, stage: str) -> str | None:
@@ -34,7 +34,7 @@ class Route:
         if self.skip is None or stage not in self.stages:
             return None
         winner = self.details.get("predicted_winner")
-        note = self.stage_note or f"{winner} predicted to win (build-cpu's route)"
+        note = self.stage_note or f"{winner} predicted to win (the CPU build's route)"
         return f"fast search: {note}; --search thorough runs it"
 
     def to_json(self) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 re-derived by them.
 
 `plan_run(config, features, registry)` says which stages run, which the fast search's route leaves out
-and why (optcli/cpu/route.py decides it, from the priors), which candidates build-cpu considers, whether
-the quantize stage leaves its gate and its fallback search to build-cpu's INT8 candidates, and the INT8
-last resort build-cpu owes where nothing else passes. What needs no graph is planned before the first
+and why (optcli/cpu/route.py decides it, from the priors), which candidates the CPU build considers, whether
+the quantize stage leaves its gate and its fallback search to the CPU build's INT8 candidates, and the INT8
+last resort the CPU build owes where nothing else passes. What needs no graph is planned before the first
 stage; the route needs the first ONNX graph the graph stages get (the user's ONNX, or the exporter's),
 so the pipeline completes the plan once, with that graph, before the first stage the route governs.
 """
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from optcli.plan.build_choice import CPU_SEARCH, work_for
 from optcli.plan.route import ONNXRUNTIME_ROUTE, Route
 from optcli.plan.stage_names import StageName
 
@@ -37,8 +38,8 @@ class ModelFeatures:
 
 @dataclass(frozen=True)
 class LastResort:
-    """build-cpu's INT8 last resort, a step of the plan: the quantize stage's INT8 with its fallback
-    search, built by build-cpu only where none of its candidates met the tolerance.
+    """The CPU build's INT8 last resort, a step of the plan: the quantize stage's INT8 with its fallback
+    search, built by the CPU build only where none of its candidates met the tolerance.
     `label`: "last resort" (the route left the quantize stage out) or "fallback" (the quantize stage
     deferred its fallback search, which then runs only where its INT8 graph says it deferred it)."""
 
@@ -50,7 +51,7 @@ class LastResort:
         return self.label == "fallback"
 
     def due(self, input_meta: dict[str, Any], any_passed: bool) -> bool:
-        """Whether build-cpu runs this step, given its input's meta and whether a candidate passed."""
+        """Whether the CPU build runs this step, given its input's meta and whether a candidate passed."""
         if any_passed:
             return False
         return bool(input_meta.get("fallback_deferred")) if self.needs_deferral_mark else True
@@ -64,14 +65,16 @@ class LastResort:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Which stages run (`stages`), why the route leaves some out (`skip_reason`), what build-cpu
-    considers (`candidates`), and the quantize stage's hand-over to build-cpu."""
+    """Which stages run (`stages`), why the route leaves some out (`skip_reason`), what the CPU build
+    considers (`candidates`), and the quantize stage's hand-over to the CPU build."""
 
     target: str
     stages: tuple[StageName, ...]
-    # quantize-int8's gate has no last word where build-cpu's own INT8 candidates follow (OpenVINO, NNCF).
+    # What the build stage runs for the target ("module:Class", optcli/plan/build_work.py).
+    build_work: str = CPU_SEARCH
+    # quantize-int8's gate has no last word where the CPU build's own INT8 candidates follow (OpenVINO, NNCF).
     int8_gate_deferred: bool = False
-    # ...and with the fast search the quantize stage leaves its fallback search to build-cpu too.
+    # ...and with the fast search the quantize stage leaves its fallback search to the CPU build too.
     int8_fallback_deferred: bool = False
     # The fast search's route (None: not decided: no route stage runs, or the first graph is not here yet).
     route: Route | None = None
@@ -88,15 +91,15 @@ class RunPlan:
 
     @property
     def candidates(self) -> dict[StageName, tuple[str, ...]]:
-        """The candidates each build considers, as planned from the first graph (build-cpu plans its final
+        """The candidates each build considers, as planned from the first graph (the CPU build plans its final
         list from its own input, whose INT8 flavour the quantize stage decides)."""
         planned = self.route.planned if self.route is not None else ()
-        return {StageName.BUILD_CPU: planned} if StageName.BUILD_CPU in self.stages and planned else {}
+        return {StageName.BUILD: planned} if StageName.BUILD in self.stages and planned else {}
 
     @property
     def last_resort(self) -> LastResort | None:
-        """build-cpu's INT8 last resort, where the plan owes one."""
-        if self.route is not None and self.route.skips_quantize and StageName.BUILD_CPU in self.stages:
+        """The CPU build's INT8 last resort, where the plan owes one."""
+        if self.route is not None and self.route.skips_quantize and StageName.BUILD in self.stages:
             return LastResort("last resort", self.route.details.get("flavour"))
         if self.int8_fallback_deferred and StageName.QUANTIZE_INT8 in self.stages:
             return LastResort("fallback")
@@ -109,7 +112,8 @@ class RunPlan:
         return self.route_pending and stage in ROUTE_STAGES and graph.format == ONNX
 
     def to_json(self) -> dict[str, Any]:
-        return {"stages": [str(s) for s in self.stages], "skipped": {str(k): v for k, v in self.skipped.items()},
+        return {"stages": [str(s) for s in self.stages], "build_work": self.build_work,
+                "skipped": {str(k): v for k, v in self.skipped.items()},
                 "candidates": {str(k): list(v) for k, v in self.candidates.items()},
                 "int8_gate_deferred": self.int8_gate_deferred, "int8_fallback_deferred": self.int8_fallback_deferred,
                 **({"last_resort": dataclasses.asdict(self.last_resort)} if self.last_resort else {})}
@@ -125,17 +129,17 @@ def unrouted_plan(config: Any, target: str, stages: Iterable[str] | None = None,
     reg = registry if registry is not None else importlib.import_module("optcli.backends.registry")
     names = tuple(StageName(s) for s in (stages if stages is not None else StageName))
     gate_deferred = cpu_int8_candidates_follow(config, target, reg)
-    return RunPlan(target=target, stages=names, int8_gate_deferred=gate_deferred,
+    return RunPlan(target=target, stages=names, build_work=work_for(target), int8_gate_deferred=gate_deferred,
                    int8_fallback_deferred=gate_deferred and cpu_config(config).search == "fast",
                    route_pending=any(s in names for s in ROUTE_STAGES))
 
 
 def cpu_int8_candidates_follow(config: Any, target: str, registry: ModuleType) -> bool:
-    """Whether build-cpu will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
+    """Whether the CPU build will try INT8 candidates of its own (OpenVINO, NNCF: another backend than the one
     that runs the quantize stage's ONNX as it is) after the quantize stage."""
     from optcli.cpu.options import cpu_config
 
-    if target != "cpu":
+    if work_for(target) != CPU_SEARCH:  # another target builds no CPU candidates
         return False
     forced, own = cpu_config(config).backend, registry.for_format(registry.ONNX).name
     return any(b.name != own and "int8" in b.cpu_precisions and b.installed() and forced in ("auto", b.name)

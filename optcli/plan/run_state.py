@@ -29,13 +29,14 @@ class RunState:
     # later stages read an earlier graph (the exporter's keeps module names a rewrite drops).
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     # FP32 outputs per "model sha256:sample set digest" (optcli/quantize/evaluate.py reference_outputs):
-    # the INT8 stage, the unpad proof and build-cpu judge against the same outputs, computed once.
+    # the INT8 stage, the unpad proof and the CPU build judge against the same outputs, computed once.
     fp32_outputs: dict[str, Outputs] = field(default_factory=dict)
     # The user's model's outputs per sample set, for re-checking reused artifacts (optcli/cache_recheck.py).
     user_model_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    # The unpad rewrites of the exporter's graph build-cpu made for its candidates, per graph sha256
+    # The unpad rewrites of the exporter's graph the CPU build made for its candidates, per graph sha256
     # (optcli/unpad/apply.py unpadded_twin): the rewrite's facts, or why it did not apply.
     unpad_twins: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Test seams of build-tensorrt: a TensorRT module and a machine description that replace the real ones.
+    # Test seams of the engine build (optcli/backends/tensorrt/engine_build.py): a TensorRT module and a
+    # machine description that replace the real ones.
     tensorrt_module: Any = None
     tensorrt_machine: Any = None

@@ -13,7 +13,7 @@ else:  # Python 3.10: the same behaviour (str() and format() give the value)
 
 
 class StageName(StrEnum):
-    """A stage's name (a str: `StageName.BUILD_CPU == "build-cpu"`, and JSON writes it as the string)."""
+    """A stage's name (a str: `StageName.BUILD == "build"`, and JSON writes it as the string)."""
 
     EXPORT = "export"
     SIMPLIFY = "simplify"
@@ -21,5 +21,8 @@ class StageName(StrEnum):
     UNPAD = "unpad"
     QUANTIZE_INT8 = "quantize-int8"
     QUANTIZE_FP16 = "quantize-fp16"
-    BUILD_CPU = "build-cpu"
-    BUILD_TENSORRT = "build-tensorrt"
+    BUILD = "build"
+
+
+# Names reports of schema_version 1 used for the one build stage (optcli/report/io.py migrates them).
+FORMER_BUILD_NAMES = ("build-cpu", "build-tensorrt")

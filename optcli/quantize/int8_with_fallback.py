@@ -122,9 +122,9 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         if missed:
             final_acc["fallback_closest"] = closest_summary(fallback)
             if ctx.plan.int8_gate_deferred:
-                final_acc["gate_deferred_to"] = StageName.BUILD_CPU
+                final_acc["gate_deferred_to"] = StageName.BUILD
     if deferred:
-        final_acc["gate_deferred_to"] = StageName.BUILD_CPU
+        final_acc["gate_deferred_to"] = StageName.BUILD
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]

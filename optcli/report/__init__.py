@@ -36,6 +36,7 @@ from optcli.report.records import (
     LatencyStats,
     ModelInfo,
     OutputAccuracy,
+    PlanRecord,
 )
 from optcli.report.run import SCHEMA_VERSION, RunRecord, StageRecord, StageReport
 
@@ -46,7 +47,7 @@ __all__ = [
     "DETAILS", "DONE", "SCHEMA_VERSION", "STAGE_COLUMNS", "STAGE_STATUSES", "STATUSES", "AccuracyResult",
     "BuildCpuDetails", "BuildTensorrtDetails", "ConfigFileRecord", "EnvironmentInfo", "ErrorRecord",
     "ExportDetails", "FinalArtifact", "FuseDetails", "GateResult", "GraphStats", "InputRecord", "JSONObject",
-    "JSONValue", "JsonRecord", "LatencyPair", "LatencyStats", "ModelInfo", "OutputAccuracy", "Precision",
+    "JSONValue", "JsonRecord", "LatencyPair", "LatencyStats", "ModelInfo", "OutputAccuracy", "PlanRecord", "Precision",
     "QuantizeFp16Details", "QuantizeInt8Details", "RunRecord", "RunReport", "SimplifyDetails", "StageDetails",
     "StageRecord", "StageReport", "Status", "Target", "UnpadDetails", "details_from_json", "load_report",
     "markdown_table", "migrate", "report_from_json", "stage_rows", "to_markdown", "write_report",

@@ -157,11 +157,12 @@ class BuildTensorrtDetails(StageDetails):
     tensorrt_warnings: list[str] | None = field(default=None, metadata=OMIT_NONE)
 
 
-# The stage name -> its details class (a stage not named here, e.g. a plugin's, keeps StageDetails + extra).
-DETAILS: dict[str, type[StageDetails]] = {
-    "export": ExportDetails, "simplify": SimplifyDetails, "fuse": FuseDetails, "unpad": UnpadDetails,
-    "quantize-fp16": QuantizeFp16Details, "quantize-int8": QuantizeInt8Details, "build-cpu": BuildCpuDetails,
-    "build-tensorrt": BuildTensorrtDetails,
+# The stage name -> its details classes, the first whose own keys the data holds (the build stage's: its
+# work's, the CPU search's or an engine build's); a stage not named here (a plugin's) keeps StageDetails + extra.
+DETAILS: dict[str, tuple[type[StageDetails], ...]] = {
+    "export": (ExportDetails,), "simplify": (SimplifyDetails,), "fuse": (FuseDetails,), "unpad": (UnpadDetails,),
+    "quantize-fp16": (QuantizeFp16Details,), "quantize-int8": (QuantizeInt8Details,),
+    "build": (BuildCpuDetails, BuildTensorrtDetails),
 }
 
 
@@ -171,7 +172,5 @@ def details_from_json(stage: str, data: JSONObject | StageDetails | None) -> Sta
     if isinstance(data, StageDetails):
         return data
     data = data or {}
-    cls = DETAILS.get(stage, StageDetails)
-    if cls is not StageDetails and not cls.own_fields() & set(data):
-        cls = StageDetails
+    cls = next((c for c in DETAILS.get(stage, ()) if c.own_fields() & set(data)), StageDetails)
     return cls.from_json(data)

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from optcli.atomic_write import write_text_atomic
 from optcli.report.json_record import JSONObject
@@ -30,8 +31,33 @@ class RunReport(RunRecord):
         write_report(self, out_dir)
 
 
-# version n -> the function that turns a report of version n into one of n + 1 (none yet: 1 is the first).
-MIGRATIONS: dict[int, Callable[[JSONObject], JSONObject]] = {}
+def _one_build_stage(data: JSONObject) -> JSONObject:
+    """1 -> 2: build-cpu and build-tensorrt were two rows, the one for the other target skipped; they are one
+    `build` row now: the row that was not skipped (the first where both were), renamed, and a deferred gate's
+    `gate_deferred_to` says "build"."""
+    from optcli.plan.stage_names import FORMER_BUILD_NAMES, StageName
+
+    stages: list[Any] = []
+    builds: list[JSONObject] = []
+    for row in data["stages"]:
+        if row.get("name") in FORMER_BUILD_NAMES:
+            builds.append(row)
+            if len(builds) > 1:
+                continue
+            stages.append(None)  # where the build row goes
+        else:
+            accuracy = row.get("accuracy")
+            if isinstance(accuracy, dict) and accuracy.get("gate_deferred_to") in FORMER_BUILD_NAMES:
+                row = {**row, "accuracy": {**accuracy, "gate_deferred_to": str(StageName.BUILD)}}
+            stages.append(row)
+    if builds:
+        kept = next((b for b in builds if b.get("status") != "skipped"), builds[0])
+        stages[stages.index(None)] = {**kept, "name": str(StageName.BUILD)}
+    return {**data, "stages": stages}
+
+
+# version n -> the function that turns a report of version n into one of n + 1.
+MIGRATIONS: dict[int, Callable[[JSONObject], JSONObject]] = {1: _one_build_stage}
 _OBJECTS = ("model", "environment", "config")      # an object that is missing or not one reads as {}
 _OPTIONAL = ("error", "config_file")               # an object that is missing or not one reads as null
 
@@ -89,8 +115,11 @@ def report_json_text(report: RunRecord) -> str:
 
 
 def write_report(report: RunRecord, out_dir: Path) -> None:
-    """report.json and report.md into `out_dir`, each replaced atomically."""
-    for name, text in (("report.json", report_json_text(report)), ("report.md", to_markdown(report))):
+    """report.json and report.md into `out_dir`, each replaced atomically. The Markdown is rendered from the JSON as
+    written (figures rounded), so report.md says what report.json says, and what rendering a loaded report says."""
+    text_json = report_json_text(report)
+    written = RunRecord.from_json(json.loads(text_json))
+    for name, text in (("report.json", text_json), ("report.md", to_markdown(written))):
         try:
             write_text_atomic(out_dir / name, text)
         except OSError as exc:  # a full disk: say which file (the temporary's write names none)

@@ -162,6 +162,20 @@ class ErrorRecord(JsonRecord):
 
 
 @dataclass
+class PlanRecord(JsonRecord):
+    """The run's plan as the pipeline computed it (optcli/plan/run_plan.py, RunPlan.to_json): the stages read it,
+    never re-derive it."""
+
+    stages: list[str] = field(default_factory=list)
+    build_work: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)
+    candidates: dict[str, list[str]] = field(default_factory=dict)
+    int8_gate_deferred: bool = False
+    int8_fallback_deferred: bool = False
+    last_resort: dict[str, str | None] | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
 class GateResult(JsonRecord):
     """A stage's accuracy gate that failed."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from optcli.report.details import StageDetails
 from optcli.report.enums import Status, Target
-from optcli.report.json_record import JSONObject, JsonRecord
+from optcli.report.json_record import OMIT_NONE, JSONObject, JsonRecord
 from optcli.report.records import (
     AccuracyResult,
     ConfigFileRecord,
@@ -17,9 +17,11 @@ from optcli.report.records import (
     GraphStats,
     LatencyPair,
     ModelInfo,
+    PlanRecord,
 )
 
-SCHEMA_VERSION = 1
+# 2: the two build stages (build-cpu, build-tensorrt) are one, `build` (optcli/report/io.py migrates 1).
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -58,6 +60,7 @@ class RunRecord(JsonRecord):
     optcli_version: str = ""
     model: ModelInfo = field(default_factory=ModelInfo)
     target: Target = Target.CPU
+    target_reason: str | None = field(default=None, metadata=OMIT_NONE)  # why that target (auto: the probe)
     environment: EnvironmentInfo = field(default_factory=EnvironmentInfo)
     status: Status = Status.RUNNING
     error: ErrorRecord | None = None
@@ -66,6 +69,7 @@ class RunRecord(JsonRecord):
     config_file: ConfigFileRecord | None = None
     stages: list[StageRecord] = field(default_factory=list)
     final: FinalArtifact | None = None
+    plan: PlanRecord | None = field(default=None, metadata=OMIT_NONE)   # reports before 2026-11-27 have none
 
     @property
     def exit_code(self) -> int:

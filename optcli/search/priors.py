@@ -13,7 +13,7 @@ EPYC without VNNI. A `vnni` row applied on a CPU without VNNI is less certain (s
 features' `int8_isa` comes from the CPU's capability set (optcli/cpu/isa.py).
 
 INT8 against FP32 (`FP32_BEST`, the fastest FP32 candidate, relative to the INT8 winner): on VNNI
-INT8 is predicted well ahead; on a CPU without it there is no such assumption (ratio 1.0, wide): build-cpu
+INT8 is predicted well ahead; on a CPU without it there is no such assumption (ratio 1.0, wide): the CPU build
 measures INT8 against FP32 there and says so where INT8 is not faster (optcli/cpu/int8_vs_fp32.py).
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ PRIORS: tuple[Prior, ...] = (
     # 2.3x (BERT-base) on onnxruntime, 3.9x for OpenVINO BF16: FP32 predicted at ~2x the INT8 winner's latency.
     Prior("int8", FP32_BEST, 2.0, 0.3, "docs ENVIRONMENT: ResNet-50 NNCF INT8 7.0x eager vs ORT FP32 1.9x and "
           "OpenVINO BF16 3.9x; BERT-base 7.6x vs 2.3x", int8_isa="vnni"),
-    # Without VNNI no INT8 win is assumed: build-cpu measures INT8 against FP32 and says where it is not faster.
+    # Without VNNI no INT8 win is assumed: the CPU build measures INT8 against FP32 and says where it is not faster.
     Prior("int8", FP32_BEST, 1.0, 0.5, "no evidence that INT8 beats FP32 on a CPU without VNNI (u8 x s8 pairs "
           "saturate in int16, 7-bit weights): measured in each run", int8_isa="plain", measured_on=AVX2),
     Prior("int8", FP32_BEST, 1.0, 0.2, f"{_ISA}: MiniLM-shaped encoder, FP32 OpenVINO over NNCF transformer INT8 "

@@ -7,7 +7,7 @@ exporter. Either way the ONNX must match PyTorch at batch 1 and batch 2 or the s
 Some CPU backends build from the PyTorch model itself (AOTInductor): with `--backend` one of them the
 stage is skipped; when no exporter makes a correct ONNX, the error's hint offers them, and with
 `--backend auto` on the CPU the run goes on without ONNX: the stage saves the torch.export program
-instead and build-cpu builds only what needs no ONNX.
+instead and the CPU build builds only what needs no ONNX.
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ class ExportStage(Stage):
             raise StageError(f"{message}; torch.export failed too: {last_line(exc)}",
                              hint="--debug prints the exporter's traceback") from last
         details = ExportDetails(onnx=message, attempts=_attempts(attempts),
-                                without_onnx=f"saved the torch.export program: build-cpu builds only what needs no "
+                                without_onnx=f"saved the torch.export program: the CPU build builds only what needs no "
                                              f"ONNX ({', '.join(backends)})")
         return StageResult(Artifact(out, "pt2", stage=self.name, parent=artifact.sha256), details)
 

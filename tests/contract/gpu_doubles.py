@@ -15,9 +15,9 @@ from fake_tensorrt import make_tensorrt
 
 
 def pytest_configure(config: Any) -> None:
+    import optcli.backends.tensorrt.engine_build as stage_module
     import optcli.backends.tensorrt.probe as probe
     import optcli.backends.tensorrt.runner as runner_module
-    import optcli.stages.build_tensorrt as stage_module
 
     trt = make_tensorrt()
     shim = TorchShim(trt)

@@ -36,7 +36,7 @@ def compile_rtx(model: Path, out: Path, *extra: str) -> dict[str, Any]:
     code, _, err = run_main("compile", str(model), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench", *extra)
     assert code == 0, err
     report = read_report(out)
-    build = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
+    build = next(s for s in report["stages"] if s["name"] == "build")
     assert build["status"] == "ok" and build["details"]["builder"] == "TensorRT-RTX", build
     assert (out / report["final"]["artifact"]).stat().st_size == build["details"]["engine_bytes"] > 0
     import tensorrt_rtx_bindings as rtx
@@ -57,7 +57,7 @@ def test_the_mission_example_int8_cnn_from_pt2(rtx, cnn_pt2, tmp_path, engine_ca
     report = compile_rtx(cnn_pt2, tmp_path / "out", "--int8", "--calib", str(calib))
     q = next(s for s in report["stages"] if s["name"] == "quantize-int8")
     assert q["details"]["flavour"]["name"] == "qdq-s8s8" and q["details"]["flavour"]["bias"] == "float"
-    assert next(s for s in report["stages"] if s["name"] == "build-tensorrt")["details"]["profiles"] == \
+    assert next(s for s in report["stages"] if s["name"] == "build")["details"]["profiles"] == \
         ["x:1x3x16x16/1x3x16x16/32x3x16x16"]
 
 
@@ -101,7 +101,7 @@ def test_encoder_from_pt2(rtx, encoder_pt2, tmp_path, engine_cache, precision):
 def test_encoder_onnx_with_dynamic_batch_and_sequence(rtx, rtx_encoder, tmp_path, engine_cache, precision):
     path, _ = rtx_encoder
     report = compile_rtx(path, tmp_path / "out", *([] if precision == "fp32" else ["--fp16"]))
-    build = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
+    build = next(s for s in report["stages"] if s["name"] == "build")
     assert build["details"]["profiles"][0] == "input_ids:1x1/1x128/32x128"
 
 

@@ -35,7 +35,7 @@ def test_int8_of_a_dynamic_batch_and_sequence_encoder_builds_as_typed(rtx, rtx_e
     code, err, out = rtx_encoder_int8
     assert code == 0, err
     report = read_report(out)
-    build = stage(report, "build-tensorrt")
+    build = stage(report, "build")
     assert build["status"] == "ok" and build["details"]["builder"] == "TensorRT-RTX"
     assert build["details"]["tensorrt"] == str(rtx.__version__)
     assert build["details"]["profiles"] == ["input_ids:1x1/1x128/32x128", "attention_mask:1x1/1x128/32x128"]
@@ -138,7 +138,7 @@ def test_unpad_for_tensorrt_is_refused_with_the_reason(rtx, rtx_encoder, tmp_pat
     unpad = stage(report, "unpad")
     assert unpad["status"] == "skipped" and "data-dependent" in unpad["reason"]
     assert "IOutputAllocator" in unpad["reason"] and unpad["details"]["proof"]  # it was rewritten and proven first
-    assert stage(report, "build-tensorrt")["status"] == "ok"
+    assert stage(report, "build")["status"] == "ok"
 
 
 @pytest.mark.slow  # one more INT8 compile
@@ -186,6 +186,6 @@ def test_an_engine_built_ahead_of_time_is_taken_from_the_engine_cache(rtx, rtx_e
     for out, expected in ((tmp_path / "a", "miss"), (tmp_path / "b", "hit")):
         code, _, err = run_main("compile", str(path), "--target", "tensorrt-rtx", "--out", str(out), "--no-bench")
         assert code == 0, err
-        details = stage(read_report(out), "build-tensorrt")["details"]
+        details = stage(read_report(out), "build")["details"]
         assert details["engine_cache"]["status"] == expected, details["engine_cache"]
     assert details["built_now"] is False

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fake_tensorrt import make_tensorrt
 from optcli.artifact import Artifact
 from optcli.backends.tensorrt.builder import Machine, ParserFailure, build_engine, obtain_engine
+from optcli.backends.tensorrt.engine_build import EngineBuild
 from optcli.backends.tensorrt.engine_cache import EngineCache
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE
 from optcli.backends.tensorrt.options import TensorRTConfig
@@ -25,7 +26,6 @@ from optcli.errors import StageError, UsageError
 from optcli.onnx_model import io_specs
 from optcli.plan.run_state import RunState
 from optcli.stages.base import StageContext
-from optcli.stages.build_tensorrt import BuildTensorRTStage
 
 MACHINE_10 = Machine("10.8.0.43", "NVIDIA L4", "8.9")
 MACHINE_11 = Machine("11.1.0.6", "NVIDIA H100 80GB HBM3", "9.0")
@@ -281,12 +281,12 @@ def test_parser_failure_names_node_op_and_message(tmp_path, cfg):
 
 
 # -- the stage, end to end through the double ----------------------------------------------------
-def _stage(tmp_path: Path, model: Path, trt, machine: Machine, section: dict | None = None) -> BuildTensorRTStage:
+def _stage(tmp_path: Path, model: Path, trt, machine: Machine, section: dict | None = None) -> EngineBuild:
     section = section or {"engine_cache": str(tmp_path / "engines"), "timing_cache": str(tmp_path / "t.cache")}
     config = CompileConfig(model=str(model), target="tensorrt", extra={"tensorrt": section})
     ctx = StageContext(config=config, source=ModelSource(str(model), model, "onnx"), inputs=[], target="tensorrt",
                        out_dir=tmp_path, state=RunState(tensorrt_module=trt, tensorrt_machine=machine))
-    return BuildTensorRTStage(ctx)
+    return EngineBuild(ctx, "build")
 
 
 def test_stage_writes_engine_and_metadata(tmp_path):

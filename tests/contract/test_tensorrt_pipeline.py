@@ -24,8 +24,8 @@ FAST = dict(runs=3, min_seconds=0.0, max_seconds=0.2, warmup_runs=1, warmup_seco
 
 @pytest.fixture
 def doubles(monkeypatch, tmp_path):
+    import optcli.backends.tensorrt.engine_build as stage_module
     import optcli.backends.tensorrt.probe as probe
-    import optcli.stages.build_tensorrt as stage_module
 
     trt = make_tensorrt()
     usable = probe.TensorRTStatus(True, gpu="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.8.0.43",
@@ -47,7 +47,7 @@ def npz_dir(root: Path, name: str, arrays: dict[str, Any], files: int = 2) -> Pa
 
 def assert_tensorrt_run(report: Any, precision: str, out: Path) -> Path:
     assert report.status == "ok", [(s.name, s.status, s.reason) for s in report.stages]
-    build = report.stage("build-tensorrt")
+    build = report.stage("build")
     assert build.status == "ok" and report.final["format"] == "engine"
     quantized = report.stage(f"quantize-{precision}")
     assert quantized.status == "ok"

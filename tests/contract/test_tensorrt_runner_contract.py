@@ -156,8 +156,8 @@ def test_engine_for_another_gpu_or_garbage_is_refused(fake, tmp_path):
 def test_pipeline_target_tensorrt_end_to_end_through_the_doubles(fake, tmp_path, monkeypatch):
     """`compile --target tensorrt` as far as it can go without a GPU: target resolution, the stage,
     the engine cache, the pipeline measuring the engine through open_runner, the report."""
+    import optcli.backends.tensorrt.engine_build as stage_module
     import optcli.backends.tensorrt.probe as probe
-    import optcli.stages.build_tensorrt as stage_module
     from optcli import api
 
     usable = probe.TensorRTStatus(True, gpu="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.8.0.43")
@@ -168,12 +168,12 @@ def test_pipeline_target_tensorrt_end_to_end_through_the_doubles(fake, tmp_path,
     options = dict(runs=3, min_seconds=0.0, max_seconds=0.2, warmup_runs=1, warmup_seconds=0.0,
                    tensorrt={"batch": "1/2/8"})
     report = api.compile(model, out=tmp_path / "out", target="tensorrt", **options)
-    stage = report.stage("build-tensorrt")
+    stage = report.stage("build")
     assert report.status == "ok" and report.target == "tensorrt"
     assert stage.status == "ok" and stage.details["engine_cache"]["status"] == "miss"
     assert stage.latency_ms["after"]["runtime"] == "tensorrt" and stage.accuracy["cosine_min"] > 0.9999
-    assert report.final["format"] == "engine" and report.final["artifact"].endswith("build-tensorrt/model.engine")
+    assert report.final["format"] == "engine" and report.final["artifact"].endswith("-build/model.engine")
     assert report.stage("fuse").details["level"] == "basic"   # plain ONNX ops for TensorRT's parser
     # A second run into a new folder takes the engine from the engine cache: no second build.
     again = api.compile(model, out=tmp_path / "out2", target="tensorrt", **options)
-    assert again.stage("build-tensorrt").details["engine_cache"]["status"] == "hit" and fake.builds == 1
+    assert again.stage("build").details["engine_cache"]["status"] == "hit" and fake.builds == 1

@@ -246,7 +246,7 @@ def test_f8_the_runner_compares_tensorrts_cuda_major_not_torchs(fake, tmp_path, 
 
 def test_f8_the_build_stage_records_tensorrts_cuda_major(monkeypatch):
     from optcli.backends.tensorrt import probe
-    from optcli.stages.build_tensorrt import BuildTensorRTStage
+    from optcli.backends.tensorrt.engine_build import EngineBuild
 
     status = probe._interpret({"nvidia_smi_gpu": "NVIDIA L4", "cuda_device": "NVIDIA L4", "compute_capability": "8.9",
                                "tensorrt": "10.14.1.48", "tensorrt_cuda": "12", "torch": "2.13.0",
@@ -256,7 +256,7 @@ def test_f8_the_build_stage_records_tensorrts_cuda_major(monkeypatch):
     from optcli.backends.tensorrt.toolkit import TENSORRT
 
     stage = types.SimpleNamespace(ctx=types.SimpleNamespace(state=RunState()), toolkit=lambda: TENSORRT)
-    assert BuildTensorRTStage.machine(stage).cuda == "12"   # type: ignore[arg-type]
+    assert EngineBuild.machine(stage).cuda == "12"   # type: ignore[arg-type]
 
 
 def test_f8_the_cuda_major_is_read_from_the_installed_wheel(tmp_path, monkeypatch):

@@ -316,12 +316,12 @@ def test_optcli_compile_target_tensorrt_end_to_end(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    stage = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
+    stage = next(s for s in report["stages"] if s["name"] == "build")
     assert stage["status"] == "ok", stage
     assert stage["accuracy"]["cosine_min"] > 0.999
     assert stage["latency_ms"]["after"]["runtime"] == "tensorrt"
     assert report["final"]["format"] == "engine" and report["final"]["artifact"].endswith("model.engine")
     assert (tmp_path / "out" / report["final"]["artifact"]).with_name("model.engine.json").is_file()
     again = subprocess.run(cmd[:-1] + ["--force", "--json"], capture_output=True, text=True, env=env, timeout=600)
-    stage = next(s for s in json.loads(again.stdout)["stages"] if s["name"] == "build-tensorrt")
+    stage = next(s for s in json.loads(again.stdout)["stages"] if s["name"] == "build")
     assert stage["details"]["engine_cache"]["status"] == "forced"

@@ -39,5 +39,5 @@ def test_a_broken_dependency_fails_the_export_naming_it(cnn_pt2: Path, tmp_path:
     report = read_report(out)
     statuses = {s["name"]: s["status"] for s in report["stages"]}
     assert statuses["export"] == "failed"
-    assert statuses.get("build-cpu") in ("not-run", None), statuses  # no inductor fallback claiming success
+    assert statuses.get("build") in ("not-run", None), statuses  # no inductor fallback claiming success
     assert report["error"]["exit_code"] == 1

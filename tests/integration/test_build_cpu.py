@@ -1,4 +1,4 @@
-"""The build-cpu stage through the real pipeline: candidates built, gated and measured, the choice,
+"""The build stage on the CPU through the real pipeline: candidates built, gated and measured, the choice,
 --backend, skip reasons, and what happens without OpenVINO."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _compile(model: Path, out: Path, **options: object) -> api.RunReport:
 
 def _candidates(report: api.RunReport) -> dict[str, dict]:
     """The candidates of the two backends this file tests (AOTInductor's have tests of their own)."""
-    return {c["name"]: c for c in report.stage("build-cpu").details["candidates"]
+    return {c["name"]: c for c in report.stage("build").details["candidates"]
             if c["backend"] in ("onnxruntime", "openvino")}
 
 
@@ -39,7 +39,7 @@ def _candidates(report: api.RunReport) -> dict[str, dict]:
 def test_fp32_builds_both_backends_measures_them_and_keeps_a_passing_one(model: Path, tmp_path: Path) -> None:
     r = _compile(model, tmp_path / "o")
     assert r.status == "ok", r.error
-    st = r.stage("build-cpu")
+    st = r.stage("build")
     cands = _candidates(r)
     assert set(cands) == {"onnxruntime-fp32", "openvino-fp32"}
     for c in cands.values():
@@ -49,11 +49,11 @@ def test_fp32_builds_both_backends_measures_them_and_keeps_a_passing_one(model: 
     assert st.details["chosen"] in cands and st.details["why"]
     from optcli.cli.render import final_lines  # the terminal names the winner and the reason
 
-    assert f"  build-cpu chose {st.details['chosen']}: {st.details['why']}" in final_lines(r)
+    assert f"  build chose {st.details['chosen']}: {st.details['why']}" in final_lines(r)
     assert cands["openvino-fp32"]["runner_options"] == {"precision": "fp32"}
     final = r.final
     assert final["format"] in ("onnx", "openvino")
-    assert final["artifact"].endswith(("-build-cpu/model.onnx", "-build-cpu/model.xml"))
+    assert final["artifact"].endswith(("-build/model.onnx", "-build/model.xml"))
     # Whatever was chosen opens through the runner registry and matches the input model.
     x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
     with open_runner(tmp_path / "o" / final["artifact"], final["format"], **final["runner_options"]) as got, \
@@ -73,7 +73,7 @@ def test_a_candidate_that_misses_the_tolerance_is_never_chosen(tmp_path: Path) -
         pytest.skip("OpenVINO's FP32 is bitwise equal to onnxruntime's here: no candidate misses")
     assert cands["openvino-fp32"]["status"] == "failed" and "max abs error" in cands["openvino-fp32"]["reason"]
     assert "latency_ms" in cands["openvino-fp32"]  # measured anyway: the report shows what it would cost
-    assert r.stage("build-cpu").details["chosen"] == "onnxruntime-fp32"
+    assert r.stage("build").details["chosen"] == "onnxruntime-fp32"
     assert r.final["format"] == "onnx"
 
 
@@ -84,7 +84,7 @@ def test_backend_openvino_forces_the_ir(model: Path, tmp_path: Path) -> None:
     cands = _candidates(r)
     assert cands["onnxruntime-fp32"] == {"name": "onnxruntime-fp32", "backend": "onnxruntime", "precision": "fp32",
                                          "recipe": "input", "status": "skipped", "reason": "--backend openvino"}
-    assert r.final["format"] == "openvino" and r.final["artifact"].endswith("-build-cpu/model.xml")
+    assert r.final["format"] == "openvino" and r.final["artifact"].endswith("-build/model.xml")
     stage_dir = (tmp_path / "o" / r.final["artifact"]).parent
     assert (stage_dir / "model.bin").is_file()
     assert not (stage_dir / "candidates").exists()  # only the chosen one is kept
@@ -96,17 +96,17 @@ def test_backend_openvino_forces_the_ir(model: Path, tmp_path: Path) -> None:
     assert record["artifact"] == "model.xml" and record["meta"]["runner_options"] == {"precision": "fp32"}
     # Cached on the second run: the IR's hash (xml + bin) still matches its record.
     again = _compile(model, tmp_path / "o", backend="openvino")
-    assert again.stage("build-cpu").status == "cached"
+    assert again.stage("build").status == "cached"
 
 
 def test_backend_onnxruntime_and_fp16_leave_nothing_to_choose(model: Path, tmp_path: Path) -> None:
     r = _compile(model, tmp_path / "o", backend="onnxruntime")
-    st = r.stage("build-cpu")
+    st = r.stage("build")
     assert r.status == "ok" and st.status == "skipped"
     assert st.reason.startswith("nothing to choose: onnxruntime-fp32 runs the input as it is")
     assert r.final["artifact"].endswith("-fuse/model.onnx")
     fp16 = _compile(model, tmp_path / "h", fp16=True)
-    st = fp16.stage("build-cpu")
+    st = fp16.stage("build")
     assert fp16.status == "ok" and st.status == "skipped" and "no FP16 arithmetic" in st.reason
     assert fp16.final["artifact"].endswith("-quantize-fp16/model.onnx")
 
@@ -115,7 +115,7 @@ def test_auto_without_openvino_uses_onnxruntime_only(model: Path, tmp_path: Path
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openvino", None)
     r = _compile(model, tmp_path / "o")
-    st = r.stage("build-cpu")
+    st = r.stage("build")
     assert r.status == "ok" and st.status == "skipped"
     assert "openvino is not installed (pip install 'optcli[openvino]')" in st.reason
     assert r.final["format"] == "onnx"
@@ -137,18 +137,27 @@ def test_forcing_openvino_without_it_exits_4_naming_the_extra(model: Path, tmp_p
     assert exit_info.value.code == 4
 
 
-def test_tensorrt_target_skips_with_reason(model: Path, tmp_path: Path) -> None:
-    from optcli.artifact import Artifact
+def test_the_one_build_stage_does_the_work_the_plan_names_for_the_target(model: Path, tmp_path: Path) -> None:
+    from optcli.backends.tensorrt.engine_build import EngineBuild
     from optcli.config import CompileConfig
+    from optcli.cpu.build_search import CpuBuild
     from optcli.stages import StageContext
-    from optcli.stages.build_cpu import BuildCpuStage
+    from optcli.stages.build import BuildStage
 
-    config = CompileConfig(model=str(model), target="tensorrt")
-    stage = BuildCpuStage(StageContext(config=config, source=None, inputs=[], target="tensorrt", out_dir=tmp_path))
-    assert stage.skip_reason(Artifact(model, "onnx")) == "target is tensorrt (build_tensorrt builds for it)"
-    config.extra["cpu"] = {"backend": "openvino"}
+    works = {}
+    for target in ("cpu", "tensorrt", "tensorrt-rtx"):
+        config = CompileConfig(model=str(model), target=target)
+        stage = BuildStage(StageContext(config=config, source=None, inputs=[], target=target, out_dir=tmp_path))
+        works[target] = type(stage.work)
+        assert stage.name == "build" and stage.work.name == "build"
+    assert works == {"cpu": CpuBuild, "tensorrt": EngineBuild, "tensorrt-rtx": EngineBuild}
+    # Every build's config section is checked before the target is known: [cpu] with a TensorRT target is refused.
+    config = CompileConfig(model=str(model), target="tensorrt", extra={"cpu": {"backend": "openvino"}})
     with pytest.raises(UsageError, match="picks a CPU backend, but the target is tensorrt"):
-        BuildCpuStage.enabled(config)
+        BuildStage.enabled(config)
+    config = CompileConfig(model=str(model), target="cpu", extra={"tensorrt": {"workspace": "lots"}})
+    with pytest.raises(UsageError):
+        BuildStage.enabled(config)
 
 
 @needs_openvino
@@ -164,8 +173,8 @@ def test_bf16_is_gated_like_fp16(model: Path, tmp_path: Path) -> None:
         assert runner.settings["inference_precision"] == "bf16"
     cands = _candidates(r)
     assert cands["onnxruntime-bf16"]["reason"] == "onnxruntime has no BF16 kernels for the CPU"
-    assert r.stage("build-cpu").details["tolerance"] == {"cosine": 0.995}
-    with pytest.raises(AccuracyError, match="build-cpu: output 'y'"):
+    assert r.stage("build").details["tolerance"] == {"cosine": 0.995}
+    with pytest.raises(AccuracyError, match="build: output 'y'"):
         api.compile(model, out=tmp_path / "tight", target="cpu", bench=False, bf16=True, cosine=0.99999999,
                     cpu=QUICK)
 
@@ -179,7 +188,7 @@ def test_int8_candidates_from_the_same_calibration_data(model: Path, tmp_path: P
     cands = _candidates(r)
     assert set(cands) == {"onnxruntime-int8-qdq-u8s8", "openvino-int8-qdq-u8s8", "openvino-int8-nncf",
                           "openvino-int8-qdq-s8s8"} or "nncf is not installed" in cands["openvino-int8-nncf"]["reason"]
-    chosen = r.stage("build-cpu").details["chosen"]
+    chosen = r.stage("build").details["chosen"]
     assert cands[chosen]["status"] == "passed"
     for c in cands.values():
         if c["status"] != "skipped":

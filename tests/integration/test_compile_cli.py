@@ -60,7 +60,8 @@ def check_latency(lat: dict[str, Any], runtime: str, optimization: str | None) -
 
 def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
     """The fields the issue's report.json example names, with their types."""
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
+    assert report["target_reason"] == "asked for cpu"
     assert isinstance(report["optcli_version"], str) and report["optcli_version"]
     assert report["model"]["format"] == fmt
     assert report["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
@@ -78,7 +79,7 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
     # Stages of later issues: nothing to do for a CPU fp32 run, except build-cpu where OpenVINO is
     # installed (then it measures onnxruntime against OpenVINO FP32 and keeps one of them).
     built = [s for s in report["stages"][4:] if s["status"] != "skipped"]
-    assert [s["name"] for s in built] in ([], ["build-cpu"]), built
+    assert [s["name"] for s in built] in ([], ["build"]), built
     for s in report["stages"][4:]:
         assert s["status"] == "ok" if s in built else s["reason"], s
     for s in report["stages"]:
@@ -102,7 +103,7 @@ def check_report_schema(report: dict[str, Any], model: Path, fmt: str) -> None:
         assert chosen in ("onnxruntime-fp32", "openvino-fp32")
         assert final["backend"] == chosen.split("-")[0]
         name = "model.onnx" if final["backend"] == "onnxruntime" else "model.xml"
-        assert final["artifact"] == f"05-build-cpu/{name}"
+        assert final["artifact"] == f"05-build/{name}"
     else:
         assert final["artifact"] == "03-fuse/model.onnx" and final["backend"] == "onnxruntime"
 
@@ -334,8 +335,8 @@ def test_python_factory_with_input_subprocess(factory_file: Path, tmp_path: Path
     assert [s["name"] for s in core_stages(report)] == ["export", "simplify"]  # --no-fuse drops the stage
     # The final artifact comes from simplify, or from build-cpu (numbered 04: after the skipped unpad) where OpenVINO
     # competes.
-    assert report["final"]["artifact"] in ("02-simplify/model.onnx", "04-build-cpu/model.onnx",
-                                           "04-build-cpu/model.xml")
+    assert report["final"]["artifact"] in ("02-simplify/model.onnx", "04-build/model.onnx",
+                                           "04-build/model.xml")
 
 
 def test_default_out_folder(matmul_onnx: Path, tmp_path: Path) -> None:

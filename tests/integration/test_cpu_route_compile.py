@@ -53,7 +53,7 @@ def test_vnni_encoder_compiles_without_onnxruntimes_route(encoder: Path, data: t
         assert st.status == "skipped" and st.reason.startswith("fast search:"), (name, st.status, st.reason)
         assert not list((tmp_path / "o").glob(f"*-{name}")), f"{name} wrote a folder"
     assert r.status == "ok", r.error
-    build = r.stage("build-cpu")
+    build = r.stage("build")
     assert build.details["route"]["onnxruntime_route"] == "skipped"
     cands = {c["name"]: c for c in build.details["candidates"]}
     assert cands["onnxruntime-int8"]["status"] == "skipped"
@@ -74,10 +74,10 @@ def test_thorough_or_without_vnni_every_stage_runs(encoder: Path, data: tuple[Pa
         st = r.stage(name)
         assert not (st.reason or "").startswith("fast search"), (name, st.reason)
     assert r.stage("quantize-int8").status in ("ok", "failed")
-    route = r.stage("build-cpu").details.get("route", {})
+    route = r.stage("build").details.get("route", {})
     assert route.get("onnxruntime_route", "runs") == "runs"
     # Without VNNI no INT8 win over FP32 is assumed: the chosen INT8 is measured against FP32 (issue 31)
-    versus = r.stage("build-cpu").details.get("int8_vs_fp32")
+    versus = r.stage("build").details.get("int8_vs_fp32")
     assert (versus is not None) is (how == "plain")
     if versus:
         assert versus["int8_p50"] > 0 and versus["fp32_p50"] > 0 and versus["int8_faster"] is ("note" not in versus)
@@ -97,7 +97,7 @@ def test_when_every_openvino_candidate_fails_onnxruntimes_int8_is_the_last_resor
     monkeypatch.setattr("optcli.backends.openvino.ir.convert_onnx", refuse)
     r = _compile(encoder, tmp_path / "o", data)
     assert r.stage("quantize-int8").reason.startswith("fast search:")
-    cands = {c["name"]: c for c in r.stage("build-cpu").details["candidates"]}
+    cands = {c["name"]: c for c in r.stage("build").details["candidates"]}
     tried = [c for c in cands.values() if c["backend"] == "openvino" and c["status"] == "failed"]
     assert tried and all("injected" in c["reason"] for c in tried)
     last = cands["onnxruntime-int8-dynamic (last resort)"]
@@ -118,7 +118,7 @@ def test_an_fp32_compile_of_a_large_encoder_leaves_simplify_and_fuse_out(encoder
         st = r.stage(name)
         assert st.status == "skipped" and st.reason.startswith("fast search: onnxruntime does this itself"), st.reason
         assert not list((tmp_path / "o").glob(f"*-{name}")), f"{name} wrote a folder"
-    build = r.stage("build-cpu")
+    build = r.stage("build")
     assert build.details["route"]["onnxruntime_route"] == "skipped"
     cands = {c["name"]: c for c in build.details["candidates"]}
     assert {"onnxruntime-fp32", "openvino-fp32"} <= {n for n, c in cands.items() if c.get("accuracy")}, cands
@@ -161,6 +161,6 @@ def test_a_pytorch_encoders_export_row_is_timed_as_the_stage_after_it(data: tupl
         assert r.stage(name).status == "skipped"
     export = r.stage("export")
     nxt = next(s for s in r.stages[1:] if s.status == "ok")  # unpad's plan finds 16 positions within a bucket
-    assert nxt.name == "build-cpu"
+    assert nxt.name == "build"
     assert export.latency_ms["after"]["settings"]["graph_optimization"] == "all"
     assert nxt.latency_ms["before"] == export.latency_ms["after"]  # one measurement of the exported graph

@@ -40,7 +40,7 @@ def test_fast_search_on_the_digits_cnn_compiles_int8_within_tolerance_and_times_
     data = ROOT / "calibration" / "digits_cnn"
     r = api.compile(digits_pt2, out=tmp_path / "o", target="cpu", int8=True, calib=data / "calib",
                     eval=data / "eval", bench=False, search="fast", cpu=dict(QUICK))
-    st = r.stage("build-cpu")
+    st = r.stage("build")
     assert st.details["search"]["mode"] == "fast"
     cands = {c["name"]: c for c in st.details["candidates"]}
     chosen = cands[st.details["chosen"]]
@@ -75,7 +75,7 @@ def test_time_budget_stops_at_the_best_so_far_and_says_so(tmp_path: Path, capsys
     assert done.value.code == 0
     out = capsys.readouterr().out
     r = api.RunReport.load(tmp_path / "o" / "report.json", "")
-    st = r.stage("build-cpu")
+    st = r.stage("build")
     assert r.status == "ok"
     search = st.details["search"]
     assert "time budget" in search["degraded"] and "time budget" in st.details["why"]
@@ -91,12 +91,12 @@ def test_time_budget_stops_at_the_best_so_far_and_says_so(tmp_path: Path, capsys
 def test_a_thorough_search_after_a_fast_one_reuses_the_candidates_it_built(tmp_path: Path) -> None:
     model = mlp_onnx(tmp_path / "mlp.onnx")
     fast = api.compile(model, out=tmp_path / "o", target="cpu", bench=False, check=False, cpu=dict(QUICK))
-    built = {c["name"] for c in fast.stage("build-cpu").details["candidates"]
+    built = {c["name"] for c in fast.stage("build").details["candidates"]
              if c["status"] == "passed" and c["recipe"] != "input"}
     assert built  # an OpenVINO IR was built (no prior rules it out for a small MLP)
     thorough = api.compile(model, out=tmp_path / "o", target="cpu", bench=False, check=False, search="thorough",
                            cpu=dict(QUICK))
-    st = thorough.stage("build-cpu")
+    st = thorough.stage("build")
     assert st.status == "ok" and st.details["search"]["mode"] == "thorough"  # the stage ran again...
     cands = {c["name"]: c for c in st.details["candidates"]}
     for name in built:  # ...but did not rebuild what the fast search had built

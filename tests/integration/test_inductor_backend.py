@@ -164,7 +164,7 @@ def test_compile_backend_inductor_builds_a_gated_package(compiled: Path) -> None
     report = json.loads((compiled / "report.json").read_text())
     assert report["status"] == "ok"
     assert report["final"]["format"] == "aoti" and report["final"]["backend"] == "inductor"
-    build = next(s for s in report["stages"] if s["name"] == "build-cpu")
+    build = next(s for s in report["stages"] if s["name"] == "build")
     cand = next(c for c in build["details"]["candidates"] if c["name"] == "inductor-fp32")
     assert cand["status"] == "passed" and cand["accuracy"]["cosine_mean"] > 0.9999
     assert cand["build"]["cache"]["status"] == "hit"  # the package fixture compiled it: no second compile
@@ -257,7 +257,7 @@ def test_auto_goes_on_without_onnx_through_inductor(no_onnx_model: str, fast_ben
     assert export["name"] == "export" and export["status"] == "ok"
     assert "cummax" in export["details"]["onnx"] and "inductor" in export["details"]["without_onnx"]
     assert report["final"]["format"] == "aoti"
-    build = next(s for s in report["stages"] if s["name"] == "build-cpu")
+    build = next(s for s in report["stages"] if s["name"] == "build")
     reasons = {c["name"]: c.get("reason") for c in build["details"]["candidates"]}
     assert "has no ONNX" in reasons["onnxruntime-fp32"] and reasons["inductor-fp32"] is None
     assert build["accuracy"]["reference"] == "torch-fp32" and build["accuracy"]["cosine_mean"] > 0.9999

@@ -89,7 +89,7 @@ def test_bert_artifact_equals_the_export_on_valid_positions(tmp_path: Path, torc
                             "--backend", "openvino", "--no-bench")
     assert code == 0, err
     report = read_report(tmp_path / "ov")
-    twin = next(s for s in report["stages"] if s["name"] == "build-cpu")["details"]["unpad_source"]
+    twin = next(s for s in report["stages"] if s["name"] == "build")["details"]["unpad_source"]
     assert len(twin) == 1 and twin[0]["applied"] and twin[0]["proof"][0]["max_abs_err"] < 1e-4, twin
     assert report["final"]["format"] == "openvino"
     compiled = ov.Core().compile_model(str(tmp_path / "ov" / report["final"]["artifact"]), "CPU")

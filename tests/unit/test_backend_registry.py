@@ -209,7 +209,7 @@ def test_build_cpu_chooses_among_a_registered_backends_candidates(fake_backend: 
                             "--out", str(out))
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
-    build = next(s for s in report["stages"] if s["name"] == "build-cpu")
+    build = next(s for s in report["stages"] if s["name"] == "build")
     assert build["details"]["chosen"] == "fakert-fp32"
     assert {c["name"]: c["status"] for c in build["details"]["candidates"]}["onnxruntime-fp32"] == "skipped"
     assert report["final"]["format"] == "fake" and report["final"]["backend"] == "fakert"

@@ -84,7 +84,7 @@ def test_an_encoder_on_a_vnni_cpu_leaves_onnxruntimes_route_out(tmp_path: Path, 
         why = stage_skip(ctx, Artifact(path, "onnx"), stage)
         assert why and why.startswith("fast search:") and "--search thorough runs it" in why
     assert stage_skip(ctx, Artifact(path, "onnx"), "unpad") is None
-    assert stage_skip(ctx, Artifact(path, "onnx"), "build-cpu") is None
+    assert stage_skip(ctx, Artifact(path, "onnx"), "build") is None
     assert r.to_json()["onnxruntime_route"] == "skipped"
 
 
@@ -154,7 +154,7 @@ def test_a_model_too_large_for_openvinos_builds_keeps_it(tmp_path: Path, vnni: N
 def test_the_plan_waits_for_the_first_graph_once_and_then_holds(tmp_path: Path, vnni: None) -> None:
     enc, cnn = _encoder(tmp_path / "enc.onnx"), _conv(tmp_path / "small.onnx", 8)
     ctx = _ctx(enc, tmp_path)
-    names = [StageName.EXPORT, StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8, StageName.BUILD_CPU]
+    names = [StageName.EXPORT, StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8, StageName.BUILD]
     before = plan_run(ctx.config, ModelFeatures(False), target="cpu", stages=names)
     assert before.route is None and before.skip_reason(StageName.SIMPLIFY) is None
     # only a stage the route governs, asked about an ONNX graph, completes it
@@ -165,10 +165,10 @@ def test_the_plan_waits_for_the_first_graph_once_and_then_holds(tmp_path: Path, 
     assert not plan.needs_graph(StageName.FUSE, Artifact(cnn, "onnx"))  # later graphs of the run do not re-decide
     assert set(plan.skipped) == {StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8}
     assert plan.last_resort is not None and plan.last_resort.label == "last resort"
-    assert plan.candidates[StageName.BUILD_CPU] and all(n.startswith(("onnxruntime", "openvino"))
-                                                         for n in plan.candidates[StageName.BUILD_CPU])
+    assert plan.candidates[StageName.BUILD] and all(n.startswith(("onnxruntime", "openvino"))
+                                                         for n in plan.candidates[StageName.BUILD])
     # a run without the route's stages has no route to wait for
-    bare = plan_run(ctx.config, ModelFeatures(False), target="cpu", stages=[StageName.EXPORT, StageName.BUILD_CPU])
+    bare = plan_run(ctx.config, ModelFeatures(False), target="cpu", stages=[StageName.EXPORT, StageName.BUILD])
     assert not bare.route_pending and not bare.needs_graph(StageName.SIMPLIFY, Artifact(enc, "onnx"))
 
 
@@ -209,7 +209,7 @@ def test_a_large_float_model_leaves_simplify_and_fuse_out(tmp_path: Path, vnni: 
         why = stage_skip(ctx, Artifact(path, "onnx"), stage)
         assert why == ("fast search: onnxruntime does this itself at load and OpenVINO starts from the exporter's "
                        "graph; --search thorough runs it")
-    for stage in ("quantize-int8", "unpad", "build-cpu"):
+    for stage in ("quantize-int8", "unpad", "build"):
         assert stage_skip(ctx, Artifact(path, "onnx"), stage) is None
     assert r.to_json()["onnxruntime_route"] == "skipped"
 

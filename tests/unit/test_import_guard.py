@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -119,23 +120,22 @@ def test_the_blocker_really_blocks() -> None:
 
 
 def test_stage_order_does_not_depend_on_import_order() -> None:
-    # build_tensorrt imported first (as the TensorRT contract tests do) used to put it before
-    # build-cpu and renumber the run's folders (04-build-cpu became 05-build-cpu).
+    # A stage module imported early (the TensorRT contract tests import the engine build, which imports
+    # stages.base) once renumbered the run's folders (04-build-cpu became 05-build-cpu).
     code = """
-import optcli.stages.build_tensorrt
+import optcli.backends.tensorrt.engine_build, optcli.stages.build
 from optcli.stages import all_stages
 print(",".join(s.name for s in all_stages()))
 """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     names = proc.stdout.strip().split(",")
-    assert names.index("build-cpu") < names.index("build-tensorrt"), names
+    assert names == ["export", "simplify", "fuse", "unpad", "quantize-fp16", "quantize-int8", "build"], names
 
 
 def test_no_import_cycles_in_the_package() -> None:
     """No module of optcli imports (at module level or inside a function) one that imports it back."""
     import ast
-    from pathlib import Path
 
     import optcli
 
@@ -170,7 +170,6 @@ def test_no_import_cycles_in_the_package() -> None:
 
 def test_no_stage_module_imports_another_stage() -> None:
     import ast
-    from pathlib import Path
 
     import optcli.stages
 
@@ -183,3 +182,35 @@ def test_no_stage_module_imports_another_stage() -> None:
                 if node.module.rsplit(".", 1)[1] in stages and f.stem != node.module.rsplit(".", 1)[1]:
                     offenders.append(f"{f.name} imports {node.module}")
     assert not offenders, offenders
+
+
+def optcli_imports(path: Path) -> set[str]:
+    """The optcli modules a file imports, at the top or inside functions (TYPE_CHECKING ones included)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("optcli"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("optcli")}
+    return found
+
+
+def test_the_build_stage_only_delegates() -> None:
+    # Issue 32: the build stage imports at most half of what the former build-cpu stage did (27 optcli
+    # modules: a pipeline inside a stage); the work lives with its target (the CPU search, a backend's engine).
+
+
+    import optcli.stages
+
+    stage = Path(optcli.stages.__file__).parent / "build.py"
+    imports = optcli_imports(stage)
+    assert len(imports) <= 13, sorted(imports)
+    assert not any(m.startswith(("optcli.cpu", "optcli.backends.tensorrt", "optcli.quantize")) for m in imports)
+
+
+def test_the_fan_out_check_counts_what_it_should(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os\nfrom optcli.a import x\nimport optcli.b\n\ndef f():\n    from optcli.c import y\n")
+    assert optcli_imports(module) == {"optcli.a", "optcli.b", "optcli.c"}

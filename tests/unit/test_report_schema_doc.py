@@ -21,9 +21,10 @@ SECTIONS: dict[str, type[JsonRecord]] = {
     "Accuracy `outputs` (Output)": report.OutputAccuracy, "any stage": StageDetails, "gate": report.GateResult,
     "export": report.ExportDetails, "export `dynamic_sequence`": report.details.DynamicSequence,
     "export `attempts[]`": report.details.ExportAttempt, "simplify": report.SimplifyDetails,
-    "build-cpu": report.BuildCpuDetails, "unpad": report.UnpadDetails, "quantize-fp16": report.QuantizeFp16Details,
-    "quantize-int8": report.QuantizeInt8Details, "build-tensorrt": report.BuildTensorrtDetails,
+    "build (CPU)": report.BuildCpuDetails, "unpad": report.UnpadDetails, "quantize-fp16": report.QuantizeFp16Details,
+    "quantize-int8": report.QuantizeInt8Details, "build (TensorRT engine)": report.BuildTensorrtDetails,
     "fuse": report.FuseDetails, "fuse `fusions`": report.details.FusionCounts, "`final`": report.FinalArtifact,
+    "`plan`": report.PlanRecord,
 }
 _TITLE = re.compile(r"^(?:#+\s+(?P<heading>.+?)\s*$|\*\*(?P<label>[^*]+)\*\*)")
 

@@ -11,12 +11,12 @@ from optcli.report import RunReport, StageReport
 def test_long_reasons_are_cut_and_brackets_survive() -> None:
     long = "nothing to choose: " + "; ".join(f"openvino-int8-{i}: --backend onnxruntime" for i in range(6))
     report = RunReport(optcli_version="0", model={"path": "m.onnx"}, target="cpu", environment={}, config={},
-                       stages=[StageReport("build-cpu", "skipped", long),
+                       stages=[StageReport("build", "skipped", long),
                                StageReport("fuse", "skipped", "set [cpu] search")])
     console = Console(width=200, record=True)
     console.print(report_table(report))
     text = console.export_text()
-    row = next(line for line in text.splitlines() if "build-cpu" in line)
+    row = next(line for line in text.splitlines() if "build" in line)
     assert "…" in row and long not in text
     assert sum("openvino-int8" in line for line in text.splitlines()) <= 1
     assert "set [cpu] search" in text
@@ -25,7 +25,7 @@ def test_long_reasons_are_cut_and_brackets_survive() -> None:
 
 def _final(p50: float, baseline_p50: float) -> RunReport:
     report = RunReport(optcli_version="0", model={"path": "m.onnx"}, target="cpu", environment={}, config={})
-    report.final = {"artifact": "06-build-cpu/model.onnx", "precision": "int8", "backend": "onnxruntime",
+    report.final = {"artifact": "06-build/model.onnx", "precision": "int8", "backend": "onnxruntime",
                     "size_bytes": 1e6,
                     "latency_ms": {"p50": p50, "p90": p50, "p99": p50, "runtime": "onnxruntime-cpu",
                                    "settings": {"graph_optimization": "all"}, "batch": 1},

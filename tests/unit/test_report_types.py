@@ -25,7 +25,7 @@ from optcli.report import (
     details_from_json,
 )
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "main_a9e88b1_digits_cnn_int8.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "v2_build_digits_cnn_int8.json"
 
 
 def test_enum_members_are_the_strings_the_json_holds() -> None:
@@ -45,7 +45,7 @@ def test_a_loaded_report_holds_types_not_dicts() -> None:
     assert isinstance(report.final, FinalArtifact) and report.final.precision is Precision.INT8
     assert isinstance(report.final.latency_ms, LatencyStats) and report.final.latency_ms.p50 > 0
     kinds = {s.name: type(s.details) for s in report.stages}
-    assert kinds["export"] is ExportDetails and kinds["build-cpu"] is BuildCpuDetails
+    assert kinds["export"] is ExportDetails and kinds["build"] is BuildCpuDetails
     assert kinds["unpad"] is StageDetails  # skipped before it ran: only what the pipeline adds
     export = report.stage("export")
     assert export is not None and isinstance(export.accuracy, AccuracyResult)
@@ -109,12 +109,13 @@ def test_a_report_of_a_newer_schema_is_refused_with_a_hint(tmp_path: Path) -> No
     assert "upgrade optcli" in (info.value.hint or "")
 
 
-def test_a_report_from_before_schema_version_loads_as_version_1(tmp_path: Path) -> None:
-    path = _report_file(tmp_path)
-    data = json.loads(path.read_text())
+def test_a_report_from_before_schema_version_loads_as_version_1_migrated(tmp_path: Path) -> None:
+    data = json.loads((FIXTURE.parent / "main_a9e88b1_digits_cnn_int8.json").read_text())
     del data["schema_version"]
+    path = tmp_path / "report.json"
     path.write_text(json.dumps(data))
-    assert RunReport.load(path, hint="-").schema_version == 1
+    report = RunReport.load(path, hint="-")
+    assert report.schema_version == SCHEMA_VERSION and report.stages[-1].name == "build"
 
 
 @pytest.mark.parametrize("version", ["1", 0, None, 1.5])

@@ -47,7 +47,7 @@ def _ctx(tmp_path: Path) -> StageContext:
 
 def test_the_stages_are_found() -> None:
     names = {cls.name for cls in _all_stage_classes()}
-    assert {"export", "simplify", "fuse", "unpad", "quantize-int8", "quantize-fp16", "build-cpu"} <= names
+    assert {"export", "simplify", "fuse", "unpad", "quantize-int8", "quantize-fp16", "build"} <= names
 
 
 @pytest.mark.parametrize("cls", _all_stage_classes(), ids=lambda c: c.name)
@@ -66,5 +66,5 @@ def test_a_key_that_names_data_changes_when_the_data_is_edited_in_place(cls: typ
         edit()
         after = json.dumps(stage.fingerprint(), sort_keys=True, default=str)
         assert after != before, f"{cls.name}: its cache key names {needle} but not its contents"
-    if cls.name in ("unpad", "quantize-int8", "quantize-fp16", "build-cpu"):
+    if cls.name in ("unpad", "quantize-int8", "quantize-fp16", "build"):
         assert names_data, f"{cls.name} reads the data: its key must name it"

@@ -109,8 +109,8 @@ def test_a_build_stages_row_is_the_final_measurement(tmp_path: Path, monkeypatch
                        inputs=io_specs(load_onnx(before))[0], target="cpu", out_dir=tmp_path)
     m = Measurements(config)
     reference = m.reference(ctx)  # times the user's ONNX in full: the final's baseline
-    built = Artifact(after, "onnx", stage="build-cpu")
-    record = StageReport("build-cpu")
+    built = Artifact(after, "onnx", stage="build")
+    record = StageReport("build")
     m.around_stage(ctx, _Row("all", builds_deployable=True), record, Artifact(before, "onnx"), built, reference)
     assert len(budgets) == 2 and budgets[-1]["max_seconds"] == config.bench.max_seconds  # the row: in full
     opened = ctx.runners.opened

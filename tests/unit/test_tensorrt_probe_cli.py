@@ -120,26 +120,29 @@ def test_target_tensorrt_exits_4_with_one_error_line(tiny_onnx, tmp_path, capsys
 
 
 @needs_no_gpu
-def test_target_auto_reports_the_build_skipped(tiny_onnx, tmp_path, capsys):
+def test_target_auto_without_tensorrt_builds_for_the_cpu_and_says_why(tiny_onnx, tmp_path, capsys):
     out_dir = tmp_path / "o"
     code, _, _ = run_cli(["compile", str(tiny_onnx), "--target", "auto", "--out", str(out_dir), "--no-bench",
                           "--no-simplify", "--no-fuse"], capsys)
     assert code == 0
     report = json.loads((out_dir / "report.json").read_text())
-    stage = next(s for s in report["stages"] if s["name"] == "build-tensorrt")
+    stage = next(s for s in report["stages"] if s["name"] == "build")
     assert report["status"] == "ok" and report["target"] == "cpu"
-    assert stage["status"] == "skipped"
-    assert stage["reason"] == "no TensorRT here: no NVIDIA GPU (nvidia-smi finds none); TensorRT not installed " \
-                              "(no tensorrt Python package)"
+    assert report["target_reason"] == ("no NVIDIA GPU (nvidia-smi finds none); TensorRT not installed "
+                                       "(no tensorrt Python package)")
+    assert [s["name"] for s in report["stages"]].count("build") == 1  # one build stage, whatever the target
+    assert stage["status"] in ("ok", "skipped") and "tensorrt" not in (stage["reason"] or "").lower()
 
 
-def test_target_cpu_skips_with_target_is_cpu(tiny_onnx, tmp_path, capsys):
+def test_target_cpu_runs_the_cpu_build(tiny_onnx, tmp_path, capsys):
     out_dir = tmp_path / "o"
     code, _, _ = run_cli(["compile", str(tiny_onnx), "--target", "cpu", "--out", str(out_dir), "--no-bench",
                           "--no-simplify", "--no-fuse"], capsys)
-    stage = next(s for s in json.loads((out_dir / "report.json").read_text())["stages"]
-                 if s["name"] == "build-tensorrt")
-    assert code == 0 and (stage["status"], stage["reason"]) == ("skipped", "target is cpu")
+    report = json.loads((out_dir / "report.json").read_text())
+    stage = next(s for s in report["stages"] if s["name"] == "build")
+    assert code == 0 and report["target_reason"] == "asked for cpu"
+    # the CPU search: it chose among the CPU candidates, or had only the input to run as it is
+    assert stage["details"].get("chosen") or stage["reason"].startswith("nothing to choose"), stage
 
 
 def test_tensorrt_flags_reach_the_config(tiny_onnx, tmp_path, capsys, monkeypatch):
@@ -175,8 +178,9 @@ def test_bad_tensorrt_section_in_config_file_exits_2(tiny_onnx, tmp_path, capsys
 
 
 def test_tensorrt_modules_import_nothing_heavy():
-    code = ("import sys, optcli.cli.compile_cmd, optcli.stages.build_tensorrt, optcli.backends.tensorrt.runner, "
-            "optcli.backends.tensorrt.builder, optcli.backends.tensorrt.probe, optcli.targets; "
+    code = ("import sys, optcli.cli.compile_cmd, optcli.backends.tensorrt.engine_build, "
+            "optcli.backends.tensorrt.runner, optcli.backends.tensorrt.builder, "
+            "optcli.backends.tensorrt.probe, optcli.targets; "
             "heavy = [m for m in ('torch', 'tensorrt', 'onnxruntime', 'cuda') if m in sys.modules]; "
             "print(heavy); sys.exit(1 if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -69,8 +69,8 @@ def test_openvino_ir_options_that_do_not_apply_are_refused(tmp_path: Path) -> No
 
 def test_report_whose_final_artifact_is_an_ir(tmp_path: Path) -> None:
     run = tmp_path / "optcli-out" / "conv"
-    shutil.copytree(ir(tmp_path, "bf16").parent, run / "04-build-cpu")
-    write_report(run, "04-build-cpu/model.xml", fmt="openvino", precision="bf16")
+    shutil.copytree(ir(tmp_path, "bf16").parent, run / "04-build")
+    write_report(run, "04-build/model.xml", fmt="openvino", precision="bf16")
     out = export_triton(run / "report.json", tmp_path / "models")
     assert out.name == "resnet_tiny" and out.platform == "openvino"   # name from the run's model
     assert params(parse_config(out.config_path.read_text()))["HINT_BF16"] == "YES"

@@ -182,8 +182,8 @@ def test_report_targeting_tensorrt_serves_onnx_on_gpu(tmp_path, conv):
 
 def test_report_with_an_engine(tmp_path):
     run = tmp_path / "run"
-    fake_engine(run / "05-build-tensorrt")
-    write_report(run, "05-build-tensorrt/model.engine", fmt="engine", target="tensorrt", precision="int8")
+    fake_engine(run / "05-build")
+    write_report(run, "05-build/model.engine", fmt="engine", target="tensorrt", precision="int8")
     out = export_triton(run / "report.json", tmp_path / "models", TritonOptions(max_batch_size=8))
     assert out.platform == "tensorrt_plan" and (out.model_dir / "1/model.plan").is_file()
 

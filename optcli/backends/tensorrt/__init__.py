@@ -1,4 +1,5 @@
-"""TensorRT: builds serialized engines from ONNX on an NVIDIA GPU (the build-tensorrt stage) and runs them.
+"""TensorRT: builds serialized engines from ONNX on an NVIDIA GPU and runs them (engine_build.py: the build
+stage's work for --target tensorrt and tensorrt-rtx).
 
 Nothing here imports tensorrt or torch at module level: the build functions take the `tensorrt`
 module as an argument (so contract tests can pass a test double of exactly the API slice used),
@@ -28,7 +29,7 @@ BACKEND = Backend(
     extra="tensorrt",
     runner=f"{_HERE}.runner:TensorRTRunner",
     device_option=f"{_HERE}.runner:device_index",
-    gpu_recipes=(f"{_HERE}.builder:obtain_engine",),
+    engine_build=f"{_HERE}.engine_build:EngineBuild",
     target="tensorrt",
     target_check=f"{_HERE}.target:check_target",
     toolkit=f"{_HERE}.toolkit:TENSORRT",

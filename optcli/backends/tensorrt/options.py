@@ -78,7 +78,7 @@ def default_cache_root() -> Path:
 
 @dataclass
 class TensorRTConfig:
-    """How the build_tensorrt stage builds the engine. None means TensorRT's own default."""
+    """How the engine build (engine_build.py) builds the engine. None means TensorRT's own default."""
 
     batch: Batch | None = None              # dim-0 profile for dynamic-batch inputs
     workspace: int | None = None            # bytes for the WORKSPACE memory pool

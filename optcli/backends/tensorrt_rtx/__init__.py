@@ -2,7 +2,7 @@
 by default). Its builder runs on any machine, without a GPU: `--target tensorrt-rtx` builds the engine
 ahead of time here and runs it only where an RTX GPU is (elsewhere its latency is "not measured").
 
-Everything but what differs is shared with optcli/backends/tensorrt: the build-tensorrt stage, the
+Everything but what differs is shared with optcli/backends/tensorrt: the engine build (engine_build.py), the
 builder (the module is an argument), profiles, the engine cache and metadata, the runner. Modules here:
 target (is the builder installed and working: probed in a child process; is there an RTX GPU to run
 on), files (telling its engines from full TensorRT's: both are model.engine), runner.
@@ -24,6 +24,7 @@ BACKEND = Backend(
     device_option="optcli.backends.tensorrt.runner:device_index",
     target="tensorrt-rtx",
     target_check=f"{_HERE}.target:check_target",
+    engine_build="optcli.backends.tensorrt.engine_build:EngineBuild",
     toolkit="optcli.backends.tensorrt.toolkit:TENSORRT_RTX",
     runs_here=f"{_HERE}.target:runtime_problem",
 )

@@ -17,7 +17,7 @@ from optcli.loaded_model import resolve_artifact
 QUICK = ["--runs", "5", "--min-seconds", "0.05", "--max-seconds", "0.5"]
 QUICK_API = {"runs": 5, "min_seconds": 0.05, "max_seconds": 0.5, "warmup_seconds": 0.0}
 # With OpenVINO installed, build-cpu ends every CPU variant: it measures onnxruntime against OpenVINO
-# and its choice (a copy in NN-build-cpu/) is the variant's artifact, its check the accuracy.
+# and its choice (a copy in NN-build/) is the variant's artifact, its check the accuracy.
 OPENVINO = installed("openvino")
 
 
@@ -36,7 +36,7 @@ def test_compare_fp32_against_no_fusion(mlp_onnx: Path, tmp_path: Path) -> None:
     assert data["tolerance"] == {"cosine": 0.99} and data["settings"]["order"] == ["fp32", "nofuse", "raw"]
     raw = data["variants"][2]
     if OPENVINO:
-        assert "-build-cpu/" in raw["artifact"] and raw["accuracy_source"] == "build-cpu stage"
+        assert "-build/" in raw["artifact"] and raw["accuracy_source"] == "build stage"
     else:                           # no stage ran: the artifact is the input model, exact by definition
         assert Path(raw["artifact"]) == mlp_onnx and raw["accuracy_source"] == "the input model itself"
     for v in data["variants"]:
@@ -45,12 +45,12 @@ def test_compare_fp32_against_no_fusion(mlp_onnx: Path, tmp_path: Path) -> None:
         assert v["p50_ci_ms"][0] <= v["latency_b1"]["p50"] <= v["p50_ci_ms"][1]
         assert v["accuracy"]["cosine_mean"] > 0.999 and v["size_bytes"] > 0
     by_name = {v["name"]: v for v in data["variants"]}
-    last = "05-build-cpu" if OPENVINO else "03-fuse"
+    last = "05-build" if OPENVINO else "03-fuse"
     assert last in by_name["fp32"]["artifact"] and "fuse" not in Path(by_name["nofuse"]["artifact"]).parent.name
     # Each variant in its own folder; the second reused the first one's simplify stage.
     assert _stage_status(out / "nofuse" / "report.json")["simplify"] == "cached"
     folders = sorted(p.name for p in (out / "nofuse").iterdir() if p.is_dir() and not p.name.endswith("-cache"))
-    assert folders == (["02-simplify", "04-build-cpu"] if OPENVINO else ["02-simplify"])   # no 03-fuse linked in
+    assert folders == (["02-simplify", "04-build"] if OPENVINO else ["02-simplify"])   # no 03-fuse linked in
     assert json.loads((out / "compare.json").read_text())["recommended"] == data["recommended"]
     md = (out / "compare.md").read_text()
     assert f"**Recommended: `{data['recommended']}`**" in md and "| nofuse" in md and "| fp32" in md
@@ -88,7 +88,7 @@ def test_compare_precisions_of_a_pytorch_model(cnn_pt2: Path, calib_dir: Path, t
         if by_name[name].precision != name:
             pytest.skip(f"the pipeline built {by_name[name].precision} for {name}: no {name} stage here")
     assert all(v.status == "ok" for v in result.variants), [v.error for v in result.variants]
-    int8_source = "build-cpu stage" if OPENVINO else "quantize-int8 stage"
+    int8_source = "build stage" if OPENVINO else "quantize-int8 stage"
     assert by_name["int8"].accuracy_source == int8_source and by_name["int8"].accuracy["samples"] > 0
     assert by_name["fp16"].accuracy_source == "quantize-fp16 stage"
     # (no size ordering: on a model this tiny the Q/DQ nodes outweigh the int8 weights they save)

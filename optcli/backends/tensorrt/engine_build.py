@@ -1,9 +1,9 @@
-"""Stage build-tensorrt: the final ONNX -> a TensorRT engine (model.engine + model.engine.json).
+"""The build stage's work for a TensorRT target: the final ONNX -> an engine (model.engine + model.engine.json).
 
-Runs when the target is a TensorRT one: `--target tensorrt` (or `--target auto` where the probe found
-a usable GPU and TensorRT), built with TensorRT on this GPU; `--target tensorrt-rtx`, built ahead of time
-with TensorRT-RTX's builder on any machine (its engines run on RTX GPUs). Otherwise it is reported as
-skipped with the reason. The backend of the target names the builder (its `toolkit`); everything else
+The plan picks it (tensorrt's and tensorrt-rtx's descriptors name it as their `engine_build`) for
+`--target tensorrt` (or `--target auto` where the probe found a usable GPU and TensorRT), built with TensorRT
+on this GPU, and for `--target tensorrt-rtx`, built ahead of time with TensorRT-RTX's builder on any machine
+(its engines run on RTX GPUs). The backend of the target names the builder (its `toolkit`); everything else
 is the same code. Precision is not a build option: FP16 casts and INT8 Q/DQ nodes come from the ONNX the
 quantize stages (order 40) wrote, and the network is strongly typed, so TensorRT keeps exactly those
 types (TensorRT 10.x with the STRONGLY_TYPED flag, 11.x and TensorRT-RTX always).
@@ -37,31 +37,22 @@ from optcli.backends.tensorrt.toolkit import Toolkit
 from optcli.errors import UsageError
 from optcli.onnx_model import graph_view, io_specs
 from optcli.optional_imports import require
-from optcli.plan.stage_names import StageName
-from optcli.stages.base import Stage, StageResult, register
-from optcli.targets import tensorrt_family
+from optcli.plan.build_work import BuildWork
+from optcli.stages.base import StageResult
 from optcli.tensor_spec import TensorSpec
 
 
-@register
-class BuildTensorRTStage(Stage):
+class EngineBuild(BuildWork):
     """ONNX -> TensorRT engine (strongly typed; profiles, workspace, opt level, compatibility)."""
 
-    name = StageName.BUILD_TENSORRT
-    order = 50
-    builds_deployable = True
-    config_section = "tensorrt"
+    # The input ONNX's row is timed as the graph stages' are: the engine, not onnxruntime, runs it.
+    measure_optimization = "disabled"
 
     @classmethod
-    def enabled(cls, config: Any) -> bool:
+    def validate(cls, config: Any) -> None:
         tensorrt_config(config)  # a bad [tensorrt] section is a usage error before anything runs
-        return True
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if not tensorrt_family(self.ctx.target):
-            if self.ctx.config.target == "auto":
-                return f"no TensorRT here: {self.ctx.state.target_reason or 'not detected'}"
-            return f"target is {self.ctx.target}"
         if artifact.format != ONNX:
             return f"input is {artifact.format}, not ONNX"
         return None
@@ -115,8 +106,6 @@ class BuildTensorRTStage(Stage):
     def check_plan(self) -> None:
         """The profiles the build will need, from the model's inputs as they are now (the user's ONNX, or
         the specs the export will write), and the builder's options: a usage error before export runs."""
-        if not tensorrt_family(self.ctx.target):
-            return
         source = self.ctx.source
         specs = io_specs(graph_view(source.path))[0] if source.format == ONNX else self.ctx.inputs
         self._profiles(specs)
@@ -126,8 +115,6 @@ class BuildTensorRTStage(Stage):
                              "engines run on any RTX GPU of compute 8.0+ without them", hint="drop those flags")
 
     def fingerprint(self) -> dict[str, Any]:
-        if not tensorrt_family(self.ctx.target):
-            return {}  # skipped: nothing it would build
         cfg = self.options()
         return {"build": cfg.build_options(), "batch": cfg.batch, "max_seq": cfg.max_seq,
                 "pins": [{**p.to_json(), "profile": p.profile} for p in self.ctx.config.inputs],

@@ -1,4 +1,4 @@
-"""Stage build-cpu: the fastest CPU artifact at the accuracy asked for, chosen by measurement.
+"""The build stage's work on the CPU: the fastest CPU artifact at the accuracy asked for, chosen by measurement.
 
 For `--target cpu` (and `auto` without a usable GPU) it builds the candidates the registered backends'
 recipes offer for the requested precision (optcli/backends/<name>/recipes/, planned by
@@ -11,8 +11,7 @@ winner first, another only while it could still win, sequential elimination), th
 (every candidate). Every candidate's build, accuracy, latency and seconds is in the stage details;
 `--backend` forces one backend.
 
-It is reported as skipped when the target is tensorrt, or when there is nothing to choose (one
-candidate: the input as it is).
+The stage is reported as skipped when there is nothing to choose (one candidate: the input as it is).
 """
 from __future__ import annotations
 
@@ -35,9 +34,9 @@ from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
-from optcli.plan.stage_names import StageName
+from optcli.plan.build_work import BuildWork
 from optcli.quantize.tolerance import Tolerance, effective
-from optcli.stages.base import Stage, StageResult, config_dict, register
+from optcli.stages.base import StageResult, config_dict
 from optcli.targets import tensorrt_family
 from optcli.tensor_spec import random_inputs
 from optcli.unpad.apply import UNPADDED_SOURCE
@@ -47,24 +46,18 @@ FP32_COSINE = 0.9999
 QUICK_BUDGET = {"min_rounds": 3, "min_seconds": 0.5, "max_seconds": 5.0, "block_ms": 20.0, "switch_ms": 5.0}
 
 
-@register
-class BuildCpuStage(Stage):
+class CpuBuild(BuildWork):
     """The input ONNX -> the fastest CPU artifact (of any registered backend's recipes) within tolerance."""
 
-    name = StageName.BUILD_CPU
-    order = 50
-    config_section = "cpu"
     measure_optimization = "all"  # candidates are compared as deployed; Q/DQ needs ORT's optimizer
-    builds_deployable = True
 
     @classmethod
-    def enabled(cls, config: Any) -> bool:
+    def validate(cls, config: Any) -> None:
         # Impossible requests fail before anything runs; with target auto that waits for the probe.
         if config.target == "cpu" or (tensorrt_family(config.target) and config.extra.get("cpu")):
             check_request(config, config.target)
         else:
             cpu_config(config)
-        return True
 
     # -- planning ----------------------------------------------------------------------------
     def options(self) -> CpuConfig:
@@ -103,8 +96,6 @@ class BuildCpuStage(Stage):
                                 facts=backend_facts(precision, cfg), no_int8_graph=no_int8_graph))
 
     def skip_reason(self, artifact: Artifact) -> str | None:
-        if self.ctx.target != "cpu":
-            return f"target is {self.ctx.target} (build_tensorrt builds for it)"
         if artifact.format != registry.ONNX and not self.ctx.source.is_torch:
             return f"input is {artifact.format}, not ONNX"
         check_request(self.ctx.config, "cpu")
