@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.atomic_write import write_text_atomic
-from optcli.benchmark.sweep import BenchResult
+from optcli.benchmark.sweep import BenchResult, Regression, RegressionRow
 from optcli.errors import RegressionError, UsageError
 
 _HINT = "write it as 10% or 0.1"
@@ -134,12 +134,12 @@ METRICS = ("p50", "throughput")
 
 
 def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: float,
-                        metric: str = "p50") -> dict[str, Any]:
+                        metric: str = "p50") -> Regression:
     """Per matched point: p50 and throughput change against the baseline, and whether `metric`
     regressed beyond `bound`."""
     if metric not in METRICS:
         raise UsageError(f"unknown regression metric {metric!r}", hint=f"use one of: {', '.join(METRICS)}")
-    rows: list[dict[str, Any]] = []
+    rows: list[RegressionRow] = []
     for cur in current.points:
         base = baseline.point(cur.batch, cur.concurrency)
         if base is None or cur.batched:  # --batching points are a comparison, not gated
@@ -175,7 +175,7 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
             "notes": notes}
 
 
-def regression_error(comparison: dict[str, Any], baseline_path: Path | str) -> RegressionError:
+def regression_error(comparison: Regression, baseline_path: Path | str) -> RegressionError:
     """The error for a failed gate, naming the worst point."""
     bad = [r for r in comparison["rows"] if r["regressed"]]
     by_p50 = comparison.get("metric", "p50") == "p50"
