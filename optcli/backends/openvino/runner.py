@@ -132,7 +132,7 @@ class OpenVINORunner(Runner):
         self.perf_count = perf_count
         model = read_model(self.path)
         self.requested_precision = precision or recorded_precision(model) or "auto"
-        config: dict[str, Any] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
+        config: dict[str, object] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
         hint = PRECISIONS.get(self.requested_precision)
         if hint is not None:
             config["INFERENCE_PRECISION_HINT"] = hint
