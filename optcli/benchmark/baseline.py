@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
 
 
-def _malformed(data: dict[str, Any]) -> str | None:
+def _malformed(data: Mapping[str, object]) -> str | None:
     """What is wrong with a parsed baseline, or None. Every value the comparison reads is checked for
     type and range: a p50 or throughput that is NaN, zero or negative would turn the gate off."""
     for key in ("artifact", "settings", "inputs", "environment"):
@@ -93,9 +94,10 @@ def _malformed(data: dict[str, Any]) -> str | None:
         return "'runtime' is not a string"
     if not isinstance(data.get("warnings", []), list):
         return "'warnings' is not a list"
-    if not isinstance(data["points"], list):
+    points = data["points"]
+    if not isinstance(points, list):
         return "'points' is not a list"
-    for i, p in enumerate(data["points"]):
+    for i, p in enumerate(points):
         where = f"point {i}"
         if not isinstance(p, dict):
             return f"{where} is not an object"
