@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 
 def package_version(name: str) -> str | None:
@@ -41,14 +41,15 @@ def gpu_name() -> str | None:
     return name
 
 
-def cpu_isa() -> dict[str, Any]:
+def cpu_isa() -> dict[str, object]:
     """The CPU's capability set (optcli/cpu/isa.py): what INT8 recipes and the fast search's priors key on."""
     from optcli.cpu.isa import detect
 
     return detect().to_json()
 
 
-def environment() -> dict[str, Any]:
+def environment() -> dict[str, object]:
+    """Versions, CPU, GPU and load of this machine, as reports, bench and compare record them."""
     ort = package_version("onnxruntime") or package_version("onnxruntime-gpu")
     return {
         "python": platform.python_version(),
@@ -67,10 +68,10 @@ def environment() -> dict[str, Any]:
     }
 
 
-def busy_warning(env: dict[str, Any]) -> str | None:
+def busy_warning(env: Mapping[str, object]) -> str | None:
     """A warning when other work was running: PyTorch eager (OpenMP) timings degrade worst."""
     load, cores = env.get("load_average_1m"), env.get("cpu_count") or 1
-    if load is not None and load > 0.75 * cores:
+    if isinstance(load, (int, float)) and isinstance(cores, int) and load > 0.75 * cores:
         return (f"the machine was busy (load average {load} on {cores} cores): latency figures are noisy, "
                 f"PyTorch eager worst of all; rerun on an idle machine before trusting speedups")
     return None

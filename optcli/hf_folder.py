@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
@@ -103,7 +104,8 @@ def check_files_inside(folder: Path) -> None:
             seen.add(shard)
 
 
-def read_config(folder: Path) -> dict[str, Any]:
+def read_config(folder: Path) -> dict[str, object]:
+    """config.json as parsed, refused where it asks to run the folder's own code (auto_map)."""
     data = _read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise UsageError(f"{folder / CONFIG} is not a model config", hint="re-save it with save_pretrained")
@@ -114,13 +116,13 @@ def read_config(folder: Path) -> dict[str, Any]:
     return data
 
 
-def _model_class(transformers: Any, data: dict[str, Any], task: str) -> tuple[Any, str]:
+def _model_class(transformers: Any, data: Mapping[str, object], task: str) -> tuple[Any, str]:
     if task != "auto":
         if task not in TASKS:
             raise UsageError(f"unknown task {task!r}", hint=f"use one of: {', '.join(TASKS)}")
         return getattr(transformers, TASKS[task]), task
-    archs = data.get("architectures") or []
-    arch = archs[0] if archs and isinstance(archs[0], str) else None
+    archs = data.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     cls = getattr(transformers, arch, None) if arch else None
     if cls is None or arch is None:
         return transformers.AutoModel, "feature-extraction"
@@ -167,8 +169,15 @@ def example_inputs(torch: Any, model: Any, sequence: int | None = None) -> dict[
     return inputs
 
 
+class LoadedAs(TypedDict):
+    """What optcli chose for a model folder, recorded in report.json (`model.loaded_as`)."""
+    architecture: str
+    task: str
+    inputs: dict[str, str]     # name -> "2x128:int64"
+
+
 def load_model_folder(folder: Path, task: str, sequence: int | None = None
-                      ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+                      ) -> tuple[Any, dict[str, Any], LoadedAs]:
     """(model in eval mode, example inputs by name, what was chosen) for a save_pretrained folder;
     `sequence` is the token count a --input pin asked for."""
     torch = require("torch", "loading PyTorch models")
@@ -191,7 +200,7 @@ def load_model_folder(folder: Path, task: str, sequence: int | None = None
                          hint="check the folder is save_pretrained output, or pass --task") from None
     model.eval()
     inputs = example_inputs(torch, model, sequence)
-    described = {"architecture": type(model).__name__, "task": chosen_task,
-                 "inputs": {n: f"{'x'.join(map(str, t.shape))}:{str(t.dtype).replace('torch.', '')}"
-                            for n, t in inputs.items()}}
+    described = LoadedAs(architecture=type(model).__name__, task=chosen_task,
+                         inputs={n: f"{'x'.join(map(str, t.shape))}:{str(t.dtype).replace('torch.', '')}"
+                                 for n, t in inputs.items()})
     return model, inputs, described

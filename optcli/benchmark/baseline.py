@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from optcli.atomic_write import write_text_atomic
-from optcli.benchmark.sweep import BenchResult
+from optcli.benchmark.sweep import BenchResult, Regression, RegressionRow
 from optcli.errors import RegressionError, UsageError
 
 _HINT = "write it as 10% or 0.1"
@@ -83,7 +84,7 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
 
 
-def _malformed(data: dict[str, Any]) -> str | None:
+def _malformed(data: Mapping[str, object]) -> str | None:
     """What is wrong with a parsed baseline, or None. Every value the comparison reads is checked for
     type and range: a p50 or throughput that is NaN, zero or negative would turn the gate off."""
     for key in ("artifact", "settings", "inputs", "environment"):
@@ -93,9 +94,10 @@ def _malformed(data: dict[str, Any]) -> str | None:
         return "'runtime' is not a string"
     if not isinstance(data.get("warnings", []), list):
         return "'warnings' is not a list"
-    if not isinstance(data["points"], list):
+    points = data["points"]
+    if not isinstance(points, list):
         return "'points' is not a list"
-    for i, p in enumerate(data["points"]):
+    for i, p in enumerate(points):
         where = f"point {i}"
         if not isinstance(p, dict):
             return f"{where} is not an object"
@@ -134,12 +136,12 @@ METRICS = ("p50", "throughput")
 
 
 def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: float,
-                        metric: str = "p50") -> dict[str, Any]:
+                        metric: str = "p50") -> Regression:
     """Per matched point: p50 and throughput change against the baseline, and whether `metric`
     regressed beyond `bound`."""
     if metric not in METRICS:
         raise UsageError(f"unknown regression metric {metric!r}", hint=f"use one of: {', '.join(METRICS)}")
-    rows: list[dict[str, Any]] = []
+    rows: list[RegressionRow] = []
     for cur in current.points:
         base = baseline.point(cur.batch, cur.concurrency)
         if base is None or cur.batched:  # --batching points are a comparison, not gated
@@ -175,7 +177,7 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
             "notes": notes}
 
 
-def regression_error(comparison: dict[str, Any], baseline_path: Path | str) -> RegressionError:
+def regression_error(comparison: Regression, baseline_path: Path | str) -> RegressionError:
     """The error for a failed gate, naming the worst point."""
     bad = [r for r in comparison["rows"] if r["regressed"]]
     by_p50 = comparison.get("metric", "p50") == "p50"

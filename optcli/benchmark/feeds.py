@@ -8,7 +8,7 @@ keys are the input names, each with a leading batch dim (the calibration reader'
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -90,8 +90,9 @@ class FeedSource:
         index = np.arange(size) % n
         return {name: np.ascontiguousarray(arr[index]) for name, arr in self.samples.items()}
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"source": self.description, "specs": [s.to_json() for s in self.specs], "int_high": self.high}
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"source": self.description, "specs": [s.to_json() for s in self.specs],
+                                  "int_high": self.high}
         if self.valid_lengths is not None:
             out["valid_lengths"] = str(self.valid_lengths)
         return out

@@ -11,7 +11,7 @@ import functools
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from optcli.backends.registry import for_format
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
@@ -19,11 +19,59 @@ from optcli.environment import environment
 from optcli.errors import UsageError
 from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_concurrent
 from optcli.loaded_model import ResolvedArtifact, open_artifact
+from optcli.runtime.base import BackendFeeds
 
 SCHEMA_VERSION = 1
 NOISY_CV = 0.10          # std/mean above this: the figures moved a lot between calls
 KNEE_SHARE = 0.90        # without a budget: the lowest-latency point within 10% of the best throughput
 PERCENTILES = ("p50", "p90", "p99")
+
+
+class DeviceTime(TypedDict):
+    """GPU milliseconds per call from CUDA events (a point's `device_ms`)."""
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    runs: int
+    timer: str
+
+
+class BatchesRun(TypedDict):
+    """With --batching: the batches the point ran (its `batches`)."""
+    mean: float                  # rows per batch
+    histogram: dict[str, int]    # batch size -> batches of that size
+    options: dict[str, object]   # BatchingOptions.to_json()
+    sessions: int
+
+
+class Knee(TypedDict):
+    """The point `find_knee` chose (batch and concurrency None when none fits the budget), and why."""
+    batch: int | None
+    concurrency: int | None
+    batched: NotRequired[bool]
+    reason: str
+
+
+class RegressionRow(TypedDict):
+    """One point matched against the baseline: [baseline, now] pairs and the relative changes."""
+    batch: int
+    concurrency: int
+    p50_ms: list[float]
+    p50_change: float
+    throughput: list[float]
+    throughput_change: float
+    beyond_noise: bool      # outside each other's 95% intervals of the median
+    regressed: bool
+
+
+class Regression(TypedDict):
+    """A --compare-baseline check (optcli/benchmark/baseline.py): the bound, the rows and the verdict."""
+    bound: float
+    metric: str
+    rows: list[RegressionRow]
+    regressed: bool
+    notes: list[str]
 
 
 @dataclass
@@ -43,10 +91,10 @@ class BenchSettings:
     device: str | None = None
     inputs_dir: Path | None = None
     pins: list[str] = field(default_factory=list)
-    runner_options: dict[str, Any] = field(default_factory=dict)
+    runner_options: dict[str, object] = field(default_factory=dict)
     # Triton's dynamic_batching knobs (optcli/batching.py): each point is measured again with the
     # concurrent calls batched, on `batching_sessions` sessions (the cores split between them).
-    batching: dict[str, Any] | None = None
+    batching: dict[str, object] | None = None
     batching_sessions: int = 1
     # Realistic attention masks (optcli/benchmark/valid_lengths.py) and, on top, a padded batch run as
     # sub-batches of similar length (optcli/length_buckets.py).
@@ -76,7 +124,7 @@ class BenchSettings:
             raise UsageError(f"unknown budget percentile {self.budget_percentile!r}",
                              hint=f"use one of: {', '.join(PERCENTILES)}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = asdict(self)
         d["inputs_dir"] = str(self.inputs_dir) if self.inputs_dir else None
         return d
@@ -89,8 +137,8 @@ class SweepPoint:
     latency: LatencyStats
     throughput: float                    # samples/s over the wall time of the timed window
     median_ci_ms: tuple[float, float]
-    device_ms: dict[str, Any] | None = None   # GPU time per call from CUDA events, where the runner has them
-    batches: dict[str, Any] | None = None     # with --batching: the batches run ({"mean": rows, "histogram"})
+    device_ms: DeviceTime | None = None       # GPU time per call from CUDA events, where the runner has them
+    batches: BatchesRun | None = None         # with --batching: the batches run ({"mean": rows, "histogram"})
 
     @property
     def batched(self) -> bool:
@@ -100,7 +148,7 @@ class SweepPoint:
     def key(self) -> tuple[int, int]:
         return (self.batch, self.concurrency)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
                 "throughput": round(self.throughput, 2),
                 "p50_ci95_ms": [round(self.median_ci_ms[0], 4), round(self.median_ci_ms[1], 4)],
@@ -117,20 +165,20 @@ class SweepPoint:
 class BenchResult:
     """Everything `optcli bench` measured; `to_json()` is what --json prints and --save-baseline saves."""
 
-    artifact: dict[str, Any]
+    artifact: dict[str, object]
     runtime: str
-    settings: dict[str, Any]
-    inputs: dict[str, Any]
-    environment: dict[str, Any]
+    settings: dict[str, object]
+    inputs: dict[str, object]
+    environment: dict[str, object]
     points: list[SweepPoint]
-    knee: dict[str, Any] | None
+    knee: Knee | None
     warnings: list[str] = field(default_factory=list)
-    regression: dict[str, Any] | None = None     # filled by a --compare-baseline check
+    regression: Regression | None = None         # filled by a --compare-baseline check
 
     def point(self, batch: int, concurrency: int, batched: bool = False) -> SweepPoint | None:
         return next((p for p in self.points if p.key == (batch, concurrency) and p.batched == batched), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optcli-bench", "artifact": self.artifact,
                 "runtime": self.runtime, "settings": self.settings, "inputs": self.inputs,
                 "environment": self.environment, "points": [p.to_json() for p in self.points],
@@ -143,7 +191,7 @@ class BenchResult:
                    d.get("knee"), list(d.get("warnings", [])), d.get("regression"))
 
 
-def find_knee(points: list[SweepPoint], budget_ms: float | None, percentile: str = "p99") -> dict[str, Any] | None:
+def find_knee(points: list[SweepPoint], budget_ms: float | None, percentile: str = "p99") -> Knee | None:
     """With a budget: the best throughput whose `percentile` latency fits in it. Without: the point
     with the lowest `percentile` latency that reaches 90% of the best throughput (where more batch
     or concurrency stops paying)."""
@@ -192,7 +240,7 @@ def _loadavg() -> float | None:
         return None
 
 
-def _device_time(runner: Any, feeds: dict[str, Any], settings: BenchSettings) -> dict[str, Any] | None:
+def _device_time(runner: Any, feeds: BackendFeeds, settings: BenchSettings) -> DeviceTime | None:
     """GPU milliseconds per call from CUDA events (the TensorRT runner's time_gpu): the device work
     alone, where perf_counter also counts host copies and launch overhead."""
     time_gpu = getattr(runner, "time_gpu", None)
@@ -214,7 +262,7 @@ def _bucketed(runner: Any, settings: BenchSettings) -> Any:
 
 
 def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: int,
-                    extra: dict[str, Any]) -> list[SweepPoint]:
+                    extra: dict[str, object]) -> list[SweepPoint]:
     """`conc` callers whose calls are batched (optcli/batching.py) onto `batching_sessions` sessions."""
     from optcli.batching import BatchedRunner, batching_options
 
@@ -238,7 +286,7 @@ def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: i
             count = ran["batches"] - before["batches"]
             hist = {k: v - before["histogram"].get(k, 0) for k, v in ran["histogram"].items()
                     if v - before["histogram"].get(k, 0)}
-            batches = {"mean": round((ran["rows"] - before["rows"]) / count, 2) if count else 0.0,
+            batches: BatchesRun = {"mean": round((ran["rows"] - before["rows"]) / count, 2) if count else 0.0,
                        "histogram": {str(k): v for k, v in sorted(hist.items())}, "options": options.to_json(),
                        "sessions": settings.batching_sessions}
             points.append(SweepPoint(batch, conc, stats, len(samples) * batch / wall if wall > 0 else 0.0,

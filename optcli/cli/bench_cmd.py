@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from optcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from optcli.benchmark.sweep import Regression
 
 
 def int_list(text: str, flag: str) -> list[int]:
@@ -55,7 +58,7 @@ def _table(result: Any) -> Any:
     return table
 
 
-def _regression_table(reg: dict[str, Any]) -> Any:
+def _regression_table(reg: Regression) -> Any:
     from rich.table import Table
 
     table = Table(title=f"against the baseline ({reg['metric']}, bound {reg['bound']:.0%})", title_justify="left")

@@ -31,16 +31,16 @@ class _Progress:
     def __init__(self, console: Any) -> None:
         self.console = console
 
-    def __call__(self, event: str, data: dict[str, Any]) -> None:
+    def __call__(self, event: str, data: dict[str, object]) -> None:
         if event == "variant_start":
             self.console.print(f"[{data['index']}/{data['total']}] building {data['name']} ...")
         elif event == "variant_end":
             status = {"ok": "[green]ok[/]",
                       "gate-failed": f"[yellow]built, but its accuracy gate failed[/]: {data['error']}"}.get(
-                data["status"], f"[red]failed[/]: {data['error']}")
+                str(data["status"]), f"[red]failed[/]: {data['error']}")
             self.console.print(f"      {data['name']}: {status} ({data['seconds']:.1f}s)")
         elif event == "phase":
-            self.console.print(data["text"] + " ...")
+            self.console.print(f"{data['text']} ...")
 
 
 @click.command("compare")

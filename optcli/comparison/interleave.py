@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.latency import LatencyStats, median_ci, stats_from_samples
 from optcli.loaded_model import ResolvedArtifact, open_artifact
+from optcli.runtime.base import Runner
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Measured:
 def measure_interleaved(artifacts: dict[str, ResolvedArtifact], settings: InterleaveSettings,
                         seed: int = 0) -> dict[str, dict[int, Measured]]:
     """{variant: {batch: Measured}} from one interleaved run over all variants."""
-    runners: dict[str, Any] = {}
+    runners: dict[str, Runner] = {}
     results: dict[str, dict[int, Measured]] = {name: {} for name in artifacts}
     try:
         for name, resolved in artifacts.items():

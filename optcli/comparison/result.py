@@ -3,7 +3,6 @@ Markdown/JSON it writes (compare.md, compare.json)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from optcli.report import AccuracyResult, ErrorRecord, JsonRecord, LatencyStats, markdown_table
 
@@ -47,7 +46,7 @@ class VariantResult:
             return None
         return self.accuracy.cosine_mean if self.accuracy.cosine_mean is not None else self.accuracy.cosine_min
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = {k: v.to_json() if isinstance(v, JsonRecord) else v for k, v in self.__dict__.items()}
         d["p50_ci_ms"] = list(self.p50_ci_ms) if self.p50_ci_ms else None
         d["p50_ci_b8_ms"] = list(self.p50_ci_b8_ms) if self.p50_ci_b8_ms else None
@@ -61,8 +60,8 @@ class CompareResult:
     out: str
     variants: list[VariantResult]
     tolerance: dict[str, float]
-    settings: dict[str, Any]
-    environment: dict[str, Any]
+    settings: dict[str, object]        # InterleaveSettings, the variants' order, the runtime
+    environment: dict[str, object]
     pareto: list[str] = field(default_factory=list)
     recommended: str | None = None
     reason: str = ""
@@ -74,7 +73,7 @@ class CompareResult:
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"schema_version": SCHEMA_VERSION, "kind": "optcli-compare", "model": self.model, "out": self.out,
                 "tolerance": self.tolerance, "settings": self.settings, "environment": self.environment,
                 "variants": [v.to_json() for v in self.variants], "pareto": self.pareto,
@@ -107,11 +106,12 @@ class CompareResult:
         else:
             lines.append(f"**No variant meets the tolerance** ({self.reason})")
         tol = ", ".join(f"{k}={v}" for k, v in self.tolerance.items())
-        s = self.settings
+        order = self.settings.get("order")
+        order_text = ", ".join(order) if isinstance(order, list) else ""
         lines += ["", f"- tolerance: {tol or 'none'}; accuracy is against FP32 (mean cosine per output)",
-                  f"- measured in one interleaved run ({', '.join(s.get('order', []))} repeated): latency at "
+                  f"- measured in one interleaved run ({order_text} repeated): latency at "
                   f"batch 1, throughput at batch 8 with one request in flight; runtime "
-                  f"{s.get('runtime', '?')}",
+                  f"{self.settings.get('runtime', '?')}",
                   f"- cpu: {self.environment.get('cpu')} ({self.environment.get('cpu_count')} cores); "
                   f"onnxruntime {self.environment.get('onnxruntime')}", ""]
         lines += markdown_table(COLUMNS, self.rows())

@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.config import PRECISIONS, SECTIONS, CompileConfig, UnknownOption, set_option
 from optcli.errors import UsageError
@@ -126,17 +126,26 @@ class VariantBuild:
         return self.report is not None and self.report.status == "ok" and self.report.final is not None
 
 
-def variant_config(model: str, variant: Variant, out: Path, base: dict[str, Any]) -> CompileConfig:
+class VariantBase(TypedDict):
+    """What every variant of one compare shares: the compare's own flags."""
+    inputs: list[Any] | None     # as optcli.compile(inputs=...) takes them
+    target: str
+    force: bool
+    calib: Path | None
+    eval: Path | None
+    tolerance: dict[str, float]
+
+
+def variant_config(model: str, variant: Variant, out: Path, base: VariantBase) -> CompileConfig:
     """The compile config of one variant, validated (so a bad variant fails before any build)."""
-    config = CompileConfig(model=model, out=out, inputs=list(base.get("inputs") or []),
-                           target=base.get("target", "auto"), force=bool(base.get("force")))
+    config = CompileConfig(model=model, out=out, inputs=list(base["inputs"] or []), target=base["target"],
+                           force=base["force"])
     set_option(config, "bench.enabled", False)  # compare measures every variant itself, in one interleaved run
-    tol = base.get("tolerance") or {}
     for key in ("cosine", "max_abs", "top1"):
-        set_option(config, f"accuracy.{key}", tol.get(key))
-    for key in ("calib", "eval"):
-        if base.get(key) is not None:
-            set_option(config, f"quantize.{key}", Path(base[key]))
+        set_option(config, f"accuracy.{key}", base["tolerance"].get(key))
+    for key, folder in (("calib", base["calib"]), ("eval", base["eval"])):
+        if folder is not None:
+            set_option(config, f"quantize.{key}", Path(folder))
     apply_variant(config, variant)
     try:
         config.validate()

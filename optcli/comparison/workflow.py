@@ -18,7 +18,7 @@ from optcli.benchmark.feeds import FeedSource
 from optcli.benchmark.sweep import NOISY_CV
 from optcli.comparison.interleave import InterleaveSettings, measure_interleaved
 from optcli.comparison.result import CompareResult, VariantResult, pareto_set, recommend
-from optcli.comparison.variants import Variant, VariantBuild, build_variant, variant_config
+from optcli.comparison.variants import Variant, VariantBase, VariantBuild, build_variant, variant_config
 from optcli.config import model_stem
 from optcli.environment import environment
 from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
@@ -28,7 +28,8 @@ DEFAULT_TOLERANCE = {"cosine": 0.99}
 _ACC_KEYS = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy",
              "top1_accuracy_reference", "samples", "data", "reference", "outputs")
 IDENTICAL = {"cosine_mean": 1.0, "cosine_min": 1.0, "max_abs_err": 0.0, "outputs": {}, "reference": "itself"}
-Event = Callable[[str, dict[str, Any]], None]
+# ("variant_start" | "variant_end" | "phase", what to show): the payload is only shown, never acted on.
+Event = Callable[[str, dict[str, object]], None]
 
 
 def default_out(model: str) -> Path:
@@ -59,7 +60,7 @@ def _gate_failure(build: VariantBuild) -> Any:
     return stage
 
 
-def _measured_accuracy(candidate: ResolvedArtifact, reference: ResolvedArtifact) -> dict[str, Any]:
+def _measured_accuracy(candidate: ResolvedArtifact, reference: ResolvedArtifact) -> dict[str, object]:
     """Outputs of `candidate` against `reference` on the same random inputs (batch 8)."""
     outs = []
     for art in (reference, candidate):
@@ -131,7 +132,7 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
     tol = dict(tolerance) if tolerance else dict(DEFAULT_TOLERANCE)
     # The quantize stages gate (and fall back) on the same tolerance compare ranks by, so a variant
     # their gate refuses is exactly one that misses it here.
-    base = {"inputs": inputs, "target": target, "force": force, "calib": calib, "eval": eval_dir, "tolerance": tol}
+    base = VariantBase(inputs=inputs, target=target, force=force, calib=calib, eval=eval_dir, tolerance=tol)
     configs = [(v, variant_config(model, v, out / v.name, base)) for v in variants]
     builds: list[VariantBuild] = []
     seed_from: Path | None = None

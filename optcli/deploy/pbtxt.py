@@ -13,6 +13,7 @@ str -> a quoted, escaped string; bool -> true/false; int -> decimal. `Comment` v
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -66,7 +67,7 @@ def _scalar(value: Any) -> str:
     raise TypeError(f"cannot render {type(value).__name__} in protobuf text format")
 
 
-def _message_lines(message: dict[str, Any], depth: int) -> list[str]:
+def _message_lines(message: Mapping[str, object], depth: int) -> list[str]:
     pad = _INDENT * depth
     lines: list[str] = []
     for key, value in message.items():
@@ -100,8 +101,9 @@ def _message_lines(message: dict[str, Any], depth: int) -> list[str]:
     return lines
 
 
-def render(message: dict[str, Any]) -> str:
-    """The whole message as protobuf text format, ending with a newline."""
+def render(message: Mapping[str, object]) -> str:
+    """The whole message as protobuf text format, ending with a newline. The values may be any of the
+    module docstring's mapping (checked here, one by one): a value of another type is a TypeError."""
     return "\n".join(_message_lines(message, 0)) + "\n"
 
 

@@ -5,6 +5,7 @@ Also what a piece reads and returns: the user's TritonOptions and the ServedMode
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -33,7 +34,7 @@ class ServedModel:
     external_data: list[str] = field(default_factory=list)       # ONNX weights files beside `path`
     profiles: list[dict[str, Profile]] = field(default_factory=list)  # TensorRT optimization profiles
     shape_hints: dict[str, tuple[int, ...]] = field(default_factory=dict)  # concrete full input shapes known
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)  # what its Triton piece learnt reading the file
     piece: Any = None                # a TritonBackend other than the format's own (the Python backend's)
 
     @property
@@ -109,10 +110,11 @@ class TritonBackend:
     def batching_notes(self, model: ServedModel, notes: list[str]) -> None:
         """Notes about batching on this backend, when batching is on."""
 
-    def instance_group(self, model: ServedModel, group: dict[str, Any]) -> None:
+    def instance_group(self, model: ServedModel, group: dict[str, object]) -> None:
         """Add backend-specific keys to the instance group."""
 
-    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:
+    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]
+                     ) -> dict[str, object]:
         """config.pbtxt entries of this backend (optimization, parameters); None values are left out."""
         return {}
 

@@ -9,7 +9,7 @@ piece's (optcli/deploy/triton_backend.py, optcli/backends/<name>/triton.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from optcli.deploy.pbtxt import Comment, Enum, MapEntries
 from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions, piece_of
@@ -29,17 +29,27 @@ TRITON_TYPES = {
 _FLOAT_TYPES = {"TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_BF16"}
 
 
+class TritonTensor(TypedDict):
+    """One `input` or `output` entry of config.pbtxt."""
+    name: str
+    data_type: Enum                           # TYPE_FP32, ...
+    dims: list[int]                           # -1 for a dynamic dim; without the batch where the model batches
+    reshape: NotRequired[dict[str, list[int]]]  # {"shape": []}: a tensor whose only dim is the batch
+    allow_ragged_batch: NotRequired[bool]
+
+
 @dataclass
 class ResolvedConfig:
     """The config tree plus the decisions behind it (the README and the CLI report them)."""
 
-    tree: dict[str, Any]
+    tree: dict[str, object]                        # config.pbtxt as pbtxt.render takes it
     max_batch_size: int
     kind: str
     dynamic_batching: bool
     preferred_batch_sizes: list[int]
     perf_shapes: dict[str, tuple[int, ...]]       # per input, dims without batch, for perf_analyzer --shape
     notes: list[str] = field(default_factory=list)
+    tensors: dict[str, list[TritonTensor]] = field(default_factory=dict)  # the tree's "input" and "output"
 
 
 def parse_dynamic_batching(text: str) -> tuple[bool, list[int]]:
@@ -77,9 +87,9 @@ def _dims(spec: TensorSpec, batching: bool) -> tuple[list[int], bool]:
 
 
 def _tensor(spec: TensorSpec, piece: TritonBackend, batching: bool, ragged: frozenset[str] = frozenset()
-            ) -> dict[str, Any]:
+            ) -> TritonTensor:
     dims, reshape = _dims(spec, batching)
-    entry: dict[str, Any] = {"name": spec.name, "data_type": Enum(triton_dtype(spec, piece)), "dims": dims}
+    entry = TritonTensor(name=spec.name, data_type=Enum(triton_dtype(spec, piece)), dims=dims)
     if reshape:
         entry["reshape"] = {"shape": []}
     if spec.name in ragged:
@@ -160,7 +170,7 @@ def _warmup_dims(model: ServedModel, opts: TritonOptions,
 
 
 def _warmup(model: ServedModel, dims: dict[str, tuple[int, ...]], piece: TritonBackend,
-            mbs: int) -> list[dict[str, Any]]:
+            mbs: int) -> list[dict[str, object]]:
     inputs = []
     for spec in model.inputs:
         dtype = triton_dtype(spec, piece)
@@ -168,7 +178,7 @@ def _warmup(model: ServedModel, dims: dict[str, tuple[int, ...]], piece: TritonB
         # out-of-range token ids and gather indices, which fail the warm-up and so the model load.
         data = {"random_data": True} if dtype in _FLOAT_TYPES else {"zero_data": True}
         inputs.append({"key": spec.name, "value": {"data_type": Enum(dtype), "dims": list(dims[spec.name]), **data}})
-    samples = [{"name": "batch_1", "batch_size": 1, "inputs": MapEntries(inputs)}]
+    samples: list[dict[str, object]] = [{"name": "batch_1", "batch_size": 1, "inputs": MapEntries(inputs)}]
     if mbs > 1:
         samples.append({"name": f"batch_{mbs}", "batch_size": mbs, "inputs": MapEntries(inputs)})
     return samples
@@ -201,15 +211,15 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     if batching:
         piece.batching_notes(model, notes)
 
-    tree: dict[str, Any] = {}
+    tree: dict[str, object] = {}
     if header:
         tree["#header"] = Comment(header)
     # Triton: `platform` for ONNX Runtime and TensorRT, `backend` for OpenVINO.
-    tree.update({"name": name, piece.config_key: model.platform, "max_batch_size": mbs,
-                 "input": [_tensor(s, piece, batching, _ragged_inputs(model, piece, batching)) for s in model.inputs],
-                 "output": [_tensor(s, piece, batching) for s in model.outputs]})
+    tensors = {"input": [_tensor(s, piece, batching, _ragged_inputs(model, piece, batching)) for s in model.inputs],
+               "output": [_tensor(s, piece, batching) for s in model.outputs]}
+    tree.update({"name": name, piece.config_key: model.platform, "max_batch_size": mbs, **tensors})
     if dynamic:
-        batcher: dict[str, Any] = {}
+        batcher: dict[str, object] = {}
         if preferred:
             batcher["preferred_batch_size"] = preferred
         if opts.max_queue_delay_us:
@@ -217,7 +227,7 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
         if opts.preserve_ordering:
             batcher["preserve_ordering"] = True
         tree["dynamic_batching"] = batcher
-    group: dict[str, Any] = {"count": opts.instances, "kind": Enum("KIND_GPU" if kind == "gpu" else "KIND_CPU")}
+    group: dict[str, object] = {"count": opts.instances, "kind": Enum("KIND_GPU" if kind == "gpu" else "KIND_CPU")}
     piece.instance_group(model, group)
     tree["instance_group"] = [group]
     tree.update({k: v for k, v in piece.extra_config(model, opts, kind, notes).items() if v is not None})
@@ -229,4 +239,4 @@ def build_config(model: ServedModel, opts: TritonOptions, name: str, header: str
     perf = {s.name: dims[s.name] for s in model.inputs
             if s.name in dims and any(not isinstance(d, int) for d in (s.shape[1:] if batching else s.shape))}
     return ResolvedConfig(tree=tree, max_batch_size=mbs, kind=kind, dynamic_batching=dynamic,
-                          preferred_batch_sizes=preferred, perf_shapes=perf, notes=notes)
+                          preferred_batch_sizes=preferred, perf_shapes=perf, notes=notes, tensors=tensors)

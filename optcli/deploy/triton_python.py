@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions, triton_piece
 from optcli.deploy.triton_config import TRITON_TYPES
@@ -97,7 +96,7 @@ def python_backend_model(source: str | Path, *, threads: int | None = None,
     model = resolve_source(resolved.path)  # the file itself: its tensors; refuses formats Triton cannot serve
     model.piece = PythonTriton(model, threads, command, max_request_bytes)
     model.platform = BACKEND_PYTHON
-    model.facts["runner_options"] = dict(resolved.runner_options)
+    model.facts = {**model.facts, "runner_options": dict(resolved.runner_options)}
     model.source = f"{source} ({resolved.format}, {resolved.precision}, run by optcli's runner)"
     return model
 
@@ -120,7 +119,8 @@ def write_python_model(model: ServedModel, dest: Path, *, threads: int | None = 
     for rel in model.external_data:  # ONNX weights keep their place relative to the graph
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(model.path.parent / rel, dest / rel)
-    options: dict[str, Any] = dict(model.facts.get("runner_options") or {})
+    recorded = model.facts.get("runner_options")
+    options: dict[str, object] = dict(recorded) if isinstance(recorded, dict) else {}
     if threads:
         options["threads"] = threads
     text = MODEL_PY.format(version=__version__, command=command, filename=model.filename,

@@ -60,15 +60,16 @@ def readme_text(model: ServedModel, cfg: ResolvedConfig, name: str, version: int
     lines += piece.readme_facts(model)
     lines += ["", "| tensor | | data_type | dims (config) |", "|---|---|---|---|"]
     for kind in ("input", "output"):
-        for t in tree[kind]:
+        for t in cfg.tensors[kind]:
             lines.append(f"| `{t['name']}` | {kind} | {t['data_type']} | [{', '.join(map(str, t['dims']))}]"
                          + (" (reshape [])" if "reshape" in t else "") + " |")
     if batching:
         lines.append("\nWith max_batch_size > 0 the batch dim is not in `dims`; Triton adds it (shape [-1] + dims). "
                      "-1 is a dynamic dim.")
 
-    if "model_warmup" in tree:
-        sizes = " and ".join(str(w["batch_size"]) for w in tree["model_warmup"])
+    warmup = tree.get("model_warmup")
+    if isinstance(warmup, list):
+        sizes = " and ".join(str(w["batch_size"]) for w in warmup)
         lines += ["", f"Warm-up: each instance runs batch {sizes} before the model reports ready (random data for "
                   "float inputs, zeros for integer inputs, which are often indices)."]
     docker_gpu = ["--gpus all"] if gpu else []

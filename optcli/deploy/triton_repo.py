@@ -14,7 +14,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.atomic_write import atomic_dir, remove_stale_partials, write_text_atomic
 from optcli.deploy.pbtxt import parse, render
@@ -51,7 +51,7 @@ class TritonExport:
     example_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tensors: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # input/output: (name, TYPE_*)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "version": self.version, "repo": str(self.repo), "model_dir": str(self.model_dir),
                 "config": str(self.config_path), "model": str(self.model_path), "readme": str(self.readme_path),
                 "platform": self.platform, "max_batch_size": self.max_batch_size, "kind": self.kind,
@@ -108,13 +108,24 @@ def _first(fields: dict[str, list[Any]], key: str, default: Any = None) -> Any:
     return values[0]
 
 
-def served_signature(config_text: str) -> dict[str, Any]:
+# A tensor as the served signature compares it: name, data type, full shape.
+SignedTensor = tuple[str, str, tuple[int, ...]]
+
+
+class Signature(TypedDict):
+    """What a model version must match to be served by a config (served_signature)."""
+    platform: str | None          # or the backend, for OpenVINO
+    input: list[SignedTensor]
+    output: list[SignedTensor]
+
+
+def served_signature(config_text: str) -> Signature:
     """What a model version must match to be served by a config: its platform (or backend) and each
     tensor's name, data type and full shape (the batch dim included where the config batches, so a
     change of max_batch_size alone keeps the same signature). ValueError if the text is not a config."""
     cfg = parse(config_text)
     batch = [-1] if int(_first(cfg, "max_batch_size", 0) or 0) > 0 else []
-    tensors = {}
+    tensors: dict[str, list[SignedTensor]] = {}
     for kind in ("input", "output"):
         entries = []
         for t in cfg.get(kind, []):
@@ -123,18 +134,19 @@ def served_signature(config_text: str) -> dict[str, Any]:
             entries.append((str(_first(t, "name", "")), str(_first(t, "data_type", "TYPE_INVALID")),
                             tuple(batch + [int(d) for d in t.get("dims", [])])))
         tensors[kind] = sorted(entries)
-    return {"platform": _first(cfg, "platform") or _first(cfg, "backend"), **tensors}
+    return Signature(platform=_first(cfg, "platform") or _first(cfg, "backend"), input=tensors["input"],
+                     output=tensors["output"])
 
 
-def _signature_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _signature_change(old: Signature, new: Signature) -> str:
     """What differs between two signatures, in words (the first difference)."""
     if old["platform"] != new["platform"]:
         return f"its platform is {old['platform']}, this one's {new['platform']}"
-    for kind in ("input", "output"):
-        if old[kind] != new[kind]:
-            def text(entries: list[tuple[str, str, tuple[int, ...]]]) -> str:
+    for kind, was, now in (("input", old["input"], new["input"]), ("output", old["output"], new["output"])):
+        if was != now:
+            def text(entries: list[SignedTensor]) -> str:
                 return ", ".join(f"{n} {t.removeprefix('TYPE_')} {list(d)}" for n, t, d in entries)
-            return f"its {kind}s are {text(old[kind])}, this one's {text(new[kind])}"
+            return f"its {kind}s are {text(was)}, this one's {text(now)}"
     return "they are the same"
 
 
@@ -229,6 +241,6 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
                         max_batch_size=resolved.max_batch_size, kind=resolved.kind, instances=options.instances,
                         replaced=replaced, config_text=config_text, notes=notes,
                         example_dims={t["name"]: tuple(resolved.perf_shapes.get(t["name"], t["dims"]))
-                                      for t in resolved.tree["input"]},
-                        tensors={k: [(t["name"], str(t["data_type"])) for t in resolved.tree[k]]
+                                      for t in resolved.tensors["input"]},
+                        tensors={k: [(t["name"], str(t["data_type"])) for t in resolved.tensors[k]]
                                  for k in ("input", "output")})

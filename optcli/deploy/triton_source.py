@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from optcli.deploy.triton_backend import ServedModel
 from optcli.errors import UsageError
@@ -92,12 +91,13 @@ def _from_report(path: Path) -> ServedModel:
     latency = final.latency_ms
     settings = latency.settings if isinstance(latency, LatencyStats) and isinstance(latency.settings, dict) else {}
     disabled = settings.get("disabled_optimizers")
-    model.facts["disabled_optimizers"] = [str(o) for o in disabled] if isinstance(disabled, list) else []
+    model.facts = {**model.facts,
+                   "disabled_optimizers": [str(o) for o in disabled] if isinstance(disabled, list) else []}
     model.source = f"{path} (final artifact {final.artifact}, {model.precision})"
     return model
 
 
-def _json_object(path: Path) -> dict[str, Any] | None:
+def _json_object(path: Path) -> dict[str, object] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):

@@ -3,9 +3,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 SCHEMA_VERSION = 1
+
+
+class OpTypeTime(TypedDict):
+    """One row of `by_op_type`: the layers of one op type, their typical time per run and share, summed."""
+    op_type: str
+    per_run_ms: float
+    share: float
+    layers: int
+
+
+@dataclass
+class _OpSum:
+    ms: float = 0.0
+    layers: int = 0
+    share: float = 0.0
 
 
 @dataclass
@@ -30,7 +45,7 @@ class LayerTime:
         """What the share is of: the median per run where known, else the mean."""
         return self.median_ms if self.median_ms is not None else self.per_run_ms(runs)
 
-    def to_json(self, runs: int) -> dict[str, Any]:
+    def to_json(self, runs: int) -> dict[str, object]:
         d = asdict(self)
         d["total_ms"] = round(self.total_ms, 4)
         d["median_ms"] = round(self.median_ms, 5) if self.median_ms is not None else None
@@ -43,9 +58,9 @@ class LayerTime:
 class ProfileResult:
     """A per-layer profile of one artifact; `to_json()` is what `optcli profile --json` prints."""
 
-    artifact: dict[str, Any]
+    artifact: dict[str, Any]             # ResolvedArtifact.to_json()
     runtime: str
-    settings: dict[str, Any]
+    settings: dict[str, object]
     runs: int                            # timed runs aggregated
     layers: list[LayerTime]              # slowest first
     run_ms: float | None = None          # mean wall time of one run as the backend saw it
@@ -56,21 +71,21 @@ class ProfileResult:
         """Sum over layers of their typical (median) time per run."""
         return sum(x.typical_ms(self.runs) for x in self.layers)
 
-    def by_op_type(self) -> list[dict[str, Any]]:
-        acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"ms": 0.0, "layers": 0, "share": 0.0})
+    def by_op_type(self) -> list[OpTypeTime]:
+        acc: dict[str, _OpSum] = defaultdict(_OpSum)
         for x in self.layers:
             a = acc[x.op_type]
-            a["ms"] += x.typical_ms(self.runs)
-            a["share"] += x.share
-            a["layers"] += 1
-        rows = [{"op_type": op, "per_run_ms": round(v["ms"], 5), "share": round(v["share"], 5),
-                 "layers": v["layers"]} for op, v in acc.items()]
+            a.ms += x.typical_ms(self.runs)
+            a.share += x.share
+            a.layers += 1
+        rows = [OpTypeTime(op_type=op, per_run_ms=round(v.ms, 5), share=round(v.share, 5), layers=v.layers)
+                for op, v in acc.items()]
         return sorted(rows, key=lambda r: -r["share"])
 
     def top(self, n: int) -> list[LayerTime]:
         return self.layers[:n]
 
-    def to_json(self, top: int | None = None) -> dict[str, Any]:
+    def to_json(self, top: int | None = None) -> dict[str, object]:
         layers = self.layers if top is None else self.layers[:top]
         return {"schema_version": SCHEMA_VERSION, "kind": "optcli-profile", "artifact": self.artifact,
                 "runtime": self.runtime, "settings": self.settings, "runs": self.runs,

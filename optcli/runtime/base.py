@@ -21,6 +21,8 @@ from optcli.errors import UsageError
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 
 Feeds = Mapping[str, Any] | Sequence[Any]
+# Inputs after normalize(): {name: the backend's own value} (a numpy array, a torch tensor), passed through to it.
+BackendFeeds = dict[str, object]
 
 
 def _to_numpy(value: Any, spec: TensorSpec) -> np.ndarray:
@@ -67,14 +69,14 @@ class Runner(ABC):
         """Create one backend handle (a session, a context): called `concurrency` times."""
 
     @abstractmethod
-    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Any, feeds: BackendFeeds) -> list[Any]:
         """Run one call on `handle`; return outputs in `self.outputs` order."""
 
     def _release_handle(self, handle: Any) -> None:  # noqa: B027 (an optional hook, not abstract)
         """Free one handle; default: drop the reference."""
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         """What the runner was opened with (threads, providers, device...), for reports."""
         return {}
 
@@ -87,7 +89,7 @@ class Runner(ABC):
         for _ in range(self.concurrency):
             self._handles.put(self._make_handle())
 
-    def normalize(self, feeds: Feeds) -> dict[str, Any]:
+    def normalize(self, feeds: Feeds) -> BackendFeeds:
         """Check names, ranks and dtypes; return {name: backend value}."""
         if isinstance(feeds, Mapping):
             given = dict(feeds)
@@ -107,7 +109,7 @@ class Runner(ABC):
         if unknown or missing:
             what = f"unknown input {unknown[0]!r}" if unknown else f"missing input {missing[0]!r}"
             raise UsageError(what, hint=f"inputs: {self.describe_inputs()}")
-        out: dict[str, Any] = {}
+        out: BackendFeeds = {}
         for spec in self.inputs:
             value = self._to_backend(given[spec.name], spec)
             shape = tuple(value.shape)
@@ -150,11 +152,12 @@ class Runner(ABC):
                 self._finalizer = weakref.finalize(self, Runner._shutdown, self._executor, False)
             return self._executor.submit(self._predict, feeds)
 
-    def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
-        """The hot path for benchmarks: inputs already checked by normalize()."""
+    def run_normalized(self, feeds: Mapping[str, object]) -> list[Any]:
+        """The hot path for benchmarks: inputs already checked by normalize() (or built to the specs)."""
+        given = feeds if isinstance(feeds, dict) else dict(feeds)
         handle = self._handles.get()
         try:
-            return self._run(handle, feeds)
+            return self._run(handle, given)
         finally:
             self._handles.put(handle)
 

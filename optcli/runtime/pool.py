@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,13 +19,13 @@ MAX_IDLE_BYTES = 1 << 30  # a larger model's sessions are closed as before: memo
 
 
 def session_options(fmt: str, threads: int | None, optimization: str = "all",
-                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                    extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """A runner's options with its defaults named (the threads, and onnxruntime's level where the format
     takes one), plus `extra` (e.g. an IR's precision): one session asked for by a stage row, a candidate
     check and the final measurement is one pool key only if they all spell its options this way."""
     from optcli.backends.registry import for_format
 
-    options: dict[str, Any] = {"threads": threads}
+    options: dict[str, object] = {"threads": threads}
     if for_format(fmt).takes_optimization:
         options["optimization"] = optimization
     return {**options, **(extra or {})}

@@ -40,7 +40,7 @@ def problem(fmt: str, options: Any) -> str | None:
     return None
 
 
-def checked(fmt: str, options: Any, record: Path) -> dict[str, Any]:
+def checked(fmt: str, options: Any, record: Path) -> dict[str, object]:
     """`options` as a dict when every one is on the backend's allow-list with its type and bounds; else a
     UsageError (exit 2) naming the record."""
     reason = problem(fmt, options)

@@ -17,8 +17,8 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from optcli.artifact import sha256_file
 from optcli.atomic_write import atomic_dir
@@ -37,7 +37,7 @@ def default_root() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "optcli" / "inductor"
 
 
-def cache_key(program_sha256: str, configs: dict[str, Any], machine: dict[str, Any]) -> str:
+def cache_key(program_sha256: str, configs: Mapping[str, object], machine: Mapping[str, object]) -> str:
     """Changes whenever anything that changes the compiled package changes."""
     blob = json.dumps({"key_version": KEY_VERSION, "program": program_sha256, "configs": configs,
                        "machine": machine}, sort_keys=True, default=str)

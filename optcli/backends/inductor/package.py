@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,12 @@ from optcli.tensor_spec import TensorSpec, with_batch
 
 # Freezing folds the weights into the graph as constants, which lets Inductor pre-pack them for
 # oneDNN and fold the PT2E quantize/dequantize pairs into INT8 kernels.
-INDUCTOR_CONFIGS: dict[str, Any] = {"freezing": True}
+INDUCTOR_CONFIGS: dict[str, object] = {"freezing": True}
 META_INPUTS, META_OUTPUTS, META_PRECISION = "optcli.inputs", "optcli.outputs", "optcli.precision"
 PRECISIONS = ("fp32", "int8")
 
 
-def machine() -> dict[str, Any]:
+def machine() -> dict[str, str | int | None]:
     """What a package is compiled for: it runs only where these match (the cache key holds them)."""
     torch = require("torch", "compiling with AOTInductor")
     from torch._inductor.cpu_vec_isa import pick_vec_isa
@@ -35,7 +36,7 @@ def machine() -> dict[str, Any]:
 
 def build_package(torch_model: Any, inputs: list[TensorSpec], out: Path, *, precision: str = "fp32",
                   calib: SampleSet | None = None, batch: int = 1, cache: Any = None,
-                  force: bool = False) -> dict[str, Any]:
+                  force: bool = False) -> dict[str, object]:
     """Compile the model into the package `out` (a path ending .pt2); returns how it was made.
     `cache`: a PackageCache, or None for none (`force`: compile anyway, then store). INT8 needs `calib`
     and is compiled for `batch` alone (optcli/backends/inductor/int8.py says why)."""
@@ -48,8 +49,8 @@ def build_package(torch_model: Any, inputs: list[TensorSpec], out: Path, *, prec
         raise UsageError(f"an AOTInductor package must end in .pt2, not {out.name}")
     t0 = time.perf_counter()
     program = exported_program(torch_model, inputs)
-    info: dict[str, Any] = {"compiler": "torch._inductor.aoti_compile_and_package",
-                            "inductor_configs": INDUCTOR_CONFIGS}
+    info: dict[str, object] = {"compiler": "torch._inductor.aoti_compile_and_package",
+                               "inductor_configs": INDUCTOR_CONFIGS}
     if precision == "int8":
         if calib is None:
             raise StageError("INT8 with --backend inductor needs calibration data", hint="pass --calib DIR")
@@ -82,7 +83,7 @@ def build_package(torch_model: Any, inputs: list[TensorSpec], out: Path, *, prec
     return info
 
 
-def compile_package(program: Any, out: Path, configs: dict[str, Any]) -> None:
+def compile_package(program: Any, out: Path, configs: Mapping[str, object]) -> None:
     """aoti_compile_and_package into `out`, written under a temporary name and renamed on success."""
     torch = require("torch", "compiling with AOTInductor")
     from optcli.backends.inductor.quiet import quiet

@@ -6,5 +6,5 @@ from typing import Any
 from optcli.backends.registry import is_installed
 
 
-def plan_facts(precision: str, _cpu: Any) -> dict[str, Any]:
+def plan_facts(precision: str, _cpu: Any) -> dict[str, bool]:
     return {"torchao": is_installed("torchao")} if precision == "int8" else {}

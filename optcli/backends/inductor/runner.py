@@ -16,6 +16,7 @@ from optcli.backends.inductor.files import is_package
 from optcli.backends.torch.runner import TorchRunner
 from optcli.errors import UsageError
 from optcli.optional_imports import require
+from optcli.runtime.base import BackendFeeds
 from optcli.tensor_spec import TensorSpec, parse_input_spec, with_default_dtype
 
 _HINT = "rebuild it with `optcli compile MODEL --backend inductor`"
@@ -73,11 +74,11 @@ class InductorRunner(TorchRunner):
         self.backend = "inductor-cpu"  # TorchRunner names itself torch-<device>
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"intra_op_threads": self.threads, "mode": "aot-inductor", "device": "cpu",
                 "precision": self.precision, "isa": self.metadata.get("AOTI_CPU_ISA")}
 
-    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Any, feeds: BackendFeeds) -> list[Any]:
         # The loader's flat entry point: tensors in input order in, tensors in output order out.
         with self.torch.inference_mode():
             out = handle.loader.boxed_run([feeds[s.name] for s in self.inputs])

@@ -14,8 +14,9 @@ import bisect
 import json
 import statistics
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.benchmark.feeds import FeedSource, check_batch
 from optcli.errors import StageError
@@ -62,30 +63,41 @@ class GraphIndex:
         return [chain[0]] if chain else []
 
 
-def parse_trace(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, dict[str, Any]], int, float | None]:
+class KernelTime(TypedDict):
+    """One kernel in an onnxruntime trace, over the timed runs."""
+    op_type: str
+    provider: str | None
+    total_us: float
+    calls: int
+    median_us: float     # of its time per run
+
+
+def parse_trace(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, KernelTime], int, float | None]:
     """Kernel times per kernel over the runs after the first `warmup`: the sum, and the median of
     its per-run time (a stall from another process lands in one run and barely moves the median).
-    Returns ({kernel: {op_type, provider, total_us, median_us, calls}}, timed runs, mean run µs)."""
+    Returns ({kernel: its times}, timed runs, mean run µs)."""
     runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
                   key=lambda e: e["ts"])
     timed = runs[warmup:]
     if not timed:
         return {}, 0, None
     starts = [r["ts"] for r in timed]
-    per_kernel: dict[str, dict[str, Any]] = {}
+    per_kernel: dict[str, KernelTime] = {}
+    per_run: dict[str, list[float]] = {}
     for e in events:
         name = e.get("name", "")
         if e.get("cat") != "Node" or not name.endswith(KERNEL_SUFFIX) or e.get("ts", -1) < starts[0]:
             continue
         args = e.get("args", {})
-        k = per_kernel.setdefault(name[: -len(KERNEL_SUFFIX)], {
-            "op_type": args.get("op_name", "?"), "provider": args.get("provider"), "total_us": 0.0, "calls": 0,
-            "per_run": [0.0] * len(timed)})
-        k["total_us"] += float(e.get("dur", 0))
+        kernel = name[: -len(KERNEL_SUFFIX)]
+        k = per_kernel.setdefault(kernel, KernelTime(op_type=args.get("op_name", "?"), provider=args.get("provider"),
+                                                     total_us=0.0, calls=0, median_us=0.0))
+        dur = float(e.get("dur", 0))
+        k["total_us"] += dur
         k["calls"] += 1
-        k["per_run"][bisect.bisect_right(starts, e["ts"]) - 1] += float(e.get("dur", 0))
-    for k in per_kernel.values():
-        k["median_us"] = float(statistics.median(k.pop("per_run")))
+        per_run.setdefault(kernel, [0.0] * len(timed))[bisect.bisect_right(starts, e["ts"]) - 1] += dur
+    for kernel, k in per_kernel.items():
+        k["median_us"] = float(statistics.median(per_run[kernel]))
     mean_run = sum(float(r.get("dur", 0)) for r in timed) / len(timed)
     return per_kernel, len(timed), mean_run
 
@@ -93,7 +105,7 @@ def parse_trace(events: list[dict[str, Any]], warmup: int) -> tuple[dict[str, di
 def profile_onnx(resolved: ResolvedArtifact, *, batch: int = 1, runs: int = 100, warmup: int = 10,
                  optimization: str = "all", threads: int | None = None, device: str | None = None,
                  inputs_dir: Path | None = None, pins: list[str] | None = None,
-                 runner_options: dict[str, Any] | None = None) -> ProfileResult:
+                 runner_options: Mapping[str, object] | None = None) -> ProfileResult:
     """Run the model `warmup + runs` times with onnxruntime's profiler on; aggregate the timed runs."""
     with tempfile.TemporaryDirectory(prefix="optcli-profile-") as tmp:
         runner = open_artifact(resolved, concurrency=1, optimization=optimization, threads=threads,

@@ -7,7 +7,7 @@ from typing import Any
 
 from optcli.errors import DeviceUnavailableError, UsageError
 from optcli.optional_imports import require
-from optcli.runtime.base import Runner
+from optcli.runtime.base import BackendFeeds, Runner
 from optcli.tensor_spec import TensorSpec
 
 _LEVELS = ("disabled", "basic", "extended", "all")
@@ -55,7 +55,7 @@ class OnnxRuntimeRunner(Runner):
             self._handles.put(self._make_handle())
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"graph_optimization": self.optimization, "intra_op_threads": self.threads,
                 "providers": self._providers(), "disabled_optimizers": self.disabled_optimizers}
 
@@ -106,7 +106,7 @@ class OnnxRuntimeRunner(Runner):
     def _make_handle(self) -> Any:
         return self._new_session()
 
-    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Any, feeds: BackendFeeds) -> list[Any]:
         try:
             return handle.run(None, feeds)
         except Exception as exc:  # ORT's own types; shapes that disagree inside the graph end here

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 from optcli.deploy.pbtxt import Comment, MapEntries
 from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions
@@ -63,17 +62,17 @@ def _served(path: Path) -> ServedModel:
                        facts=facts)
 
 
-def _onnx_runtime(model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:
+def _onnx_runtime(model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, object]:
     """The ONNX Runtime backend's optimization block and parameters (see its README)."""
     level = opts.graph_level or "all"
     disabled = model.facts.get("disabled_optimizers")
-    if disabled and opts.graph_level is None:
+    if isinstance(disabled, list) and disabled and opts.graph_level is None:
         # Triton cannot switch off single optimizers; "extended" leaves out the layout ones (NCHWc).
         level = "extended"
         notes.append(f"graph level extended: the run disabled {', '.join(disabled)} to load this model")
     if level not in GRAPH_LEVELS:
         raise UsageError(f"unknown --graph-level {level!r}", hint=f"use one of: {', '.join(GRAPH_LEVELS)}")
-    optimization: dict[str, Any] = {
+    optimization: dict[str, object] = {
         "#level": Comment("ONNX Runtime backend graph level: 0 all (default), 1 extended, -1 basic, 2 disabled"),
         "graph": {"level": GRAPH_LEVELS[level]}}
     if opts.ort_tensorrt:
@@ -95,8 +94,9 @@ def _onnx_runtime(model: ServedModel, opts: TritonOptions, kind: str, notes: lis
     elif kind == "cpu" and opts.instances > 1:
         notes.append(f"{opts.instances} CPU instances each use every core by default: pass --intra-op-threads "
                      f"(cores / {opts.instances}) to avoid oversubscription")
-    if kind == "gpu" and model.facts.get("contrib_ops"):
-        notes.append("the graph has onnxruntime contrib ops (" + ", ".join(model.facts["contrib_ops"][:3])
+    contrib = model.facts.get("contrib_ops")
+    if kind == "gpu" and isinstance(contrib, list) and contrib:
+        notes.append("the graph has onnxruntime contrib ops (" + ", ".join(contrib[:3])
                      + "); some run on CPU only: compile with --fuse-level basic for GPU serving")
     if kind == "gpu" and model.facts.get("dynamic_int8"):
         notes.append("dynamically quantized INT8 runs on ONNX Runtime's CPU provider; serve it with --kind cpu")
@@ -115,7 +115,8 @@ class OnnxRuntimeTriton(TritonBackend):
         on_gpu = report.target == "tensorrt" or final.backend in ("tensorrt", "cuda")
         model.default_kind = "gpu" if on_gpu else "cpu"
 
-    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:
+    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]
+                     ) -> dict[str, object]:
         return _onnx_runtime(model, opts, kind, notes)
 
     def copy(self, model: ServedModel, dest: Path) -> Path:

@@ -11,13 +11,16 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optcli.backends.openvino.runner import MODEL_FILE, RT_INFO_PRECISION
 from optcli.backends.openvino.weight_statistics import folded_weight_statistics
 from optcli.calibration.dataset import SampleSet
 from optcli.errors import StageError
 from optcli.optional_imports import require, torch_if_own_process, with_hidden
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # ONNX op types -> the OpenVINO op types they become, for --exclude-op in NNCF's ignored scope.
 OV_OP_TYPES = {"Conv": ["Convolution", "GroupConvolution"], "ConvTranspose": ["ConvolutionBackpropData"],
@@ -41,7 +44,8 @@ def save_ir(model: Any, folder: Path, precision: str, facts: dict[str, str]) -> 
     return xml
 
 
-def convert_onnx(onnx_path: Path, folder: Path, precision: str, facts: dict[str, str]) -> tuple[Path, dict[str, Any]]:
+def convert_onnx(onnx_path: Path, folder: Path, precision: str, facts: dict[str, str]
+                 ) -> tuple[Path, dict[str, object]]:
     """ONNX -> IR; returns (model.xml, build facts)."""
     ov = require("openvino", "converting ONNX models to OpenVINO")
     t0 = time.perf_counter()
@@ -60,7 +64,7 @@ def convert_onnx(onnx_path: Path, folder: Path, precision: str, facts: dict[str,
 CALIBRATION_BATCH = 8
 
 
-def _calibration_items(model: Any, names: list[str], calib: SampleSet) -> tuple[list[dict[str, Any]], int]:
+def _calibration_items(model: Any, names: list[str], calib: SampleSet) -> tuple[list[dict[str, np.ndarray]], int]:
     """NNCF's dataset items and their batch: CALIBRATION_BATCH rows where every input's first dim is
     dynamic (a model exported for batch 1 gets one row at a time), ordered by the attention mask's extent."""
     import numpy as np
@@ -89,7 +93,8 @@ def _ignored_scope(nncf: Any, nodes: list[str], op_types: list[str]) -> Any:
     return nncf.IgnoredScope(patterns=patterns, types=types, validate=False)
 
 
-def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, int]:
+def _quantize(nncf: Any, model: Any, items: list[dict[str, np.ndarray]], kwargs: dict[str, object]
+              ) -> tuple[Any, int]:
     """nncf.quantize with torch hidden (an ov.Model never needs it), again without where NNCF did need it;
     (the quantized model, how many weight statistics were folded)."""
     def call() -> tuple[Any, int]:
@@ -101,7 +106,7 @@ def _quantize(nncf: Any, model: Any, items: list[dict[str, Any]], kwargs: dict[s
 
 def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: bool, exclude_nodes: list[str],
               exclude_ops: list[str], facts: dict[str, str], precision: str,
-              overflow_fix: str | None = None) -> tuple[Path, dict[str, Any]]:
+              overflow_fix: str | None = None) -> tuple[Path, dict[str, object]]:
     """NNCF post-training INT8 of the FP32 ONNX (as an IR) from the calibration samples, with NNCF's
     defaults except: every sample is used (subset_size), transformer encoders get
     model_type=TRANSFORMER (its SmoothQuant and placement; without it a pretrained sentence encoder
@@ -118,7 +123,7 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     model = ov.convert_model(str(onnx_path))
     names = [p.get_any_name() for p in model.inputs]
     items, batch = _calibration_items(model, names, calib)
-    kwargs: dict[str, Any] = {"subset_size": len(items)}  # every item: NNCF counts items, not rows
+    kwargs: dict[str, object] = {"subset_size": len(items)}  # every item: NNCF counts items, not rows
     if transformer:
         kwargs["model_type"] = nncf.ModelType.TRANSFORMER
     scope = _ignored_scope(nncf, exclude_nodes, exclude_ops)

@@ -7,7 +7,7 @@ from typing import Any
 from optcli.backends.registry import is_installed
 
 
-def plan_facts(precision: str, cpu: Any) -> dict[str, Any]:
+def plan_facts(precision: str, cpu: Any) -> dict[str, bool | str | None]:
     """{"nncf": True or why not, "bf16": whether the CPU has BF16 (None: not asked)}."""
     nncf: bool | str = True
     if cpu.nncf == "off":
@@ -22,7 +22,7 @@ def plan_facts(precision: str, cpu: Any) -> dict[str, Any]:
     return {"nncf": nncf, "bf16": bf16}
 
 
-def machine_facts() -> dict[str, Any]:
+def machine_facts() -> dict[str, list[str]]:
     """What build-cpu records about the CPU, as OpenVINO sees it."""
     from optcli.backends.openvino.runner import cpu_capabilities
 

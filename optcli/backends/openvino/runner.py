@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
-from optcli.runtime.base import Runner
+from optcli.runtime.base import BackendFeeds, Feeds, Runner
 from optcli.tensor_spec import TensorSpec
 
 MODEL_FILE = "model.xml"
@@ -100,6 +100,17 @@ def port_spec(port: Any, index: int) -> TensorSpec:
     return TensorSpec(name or f"port{index}", tuple(shape), _element_dtype(port.get_element_type()))
 
 
+
+class LayerTime(TypedDict):
+    """One executed layer in `layer_profile`: OpenVINO's node name and type, the kernel it chose, its times."""
+    name: str
+    op_type: str
+    exec_type: str
+    total_ms: float
+    calls: int
+    per_run_ms: float
+    share: float  # of the summed layer time
+
 class OpenVINORunner(Runner):
     """Runs an OpenVINO IR on the CPU.
 
@@ -121,7 +132,7 @@ class OpenVINORunner(Runner):
         self.perf_count = perf_count
         model = read_model(self.path)
         self.requested_precision = precision or recorded_precision(model) or "auto"
-        config: dict[str, Any] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
+        config: dict[str, object] = {"INFERENCE_NUM_THREADS": self.threads, "PERF_COUNT": perf_count}
         hint = PRECISIONS.get(self.requested_precision)
         if hint is not None:
             config["INFERENCE_PRECISION_HINT"] = hint
@@ -142,7 +153,7 @@ class OpenVINORunner(Runner):
         self._start()
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"inference_precision": self.precision, "requested_precision": self.requested_precision,
                 "inference_threads": self.threads, "streams": int(self.compiled.get_property("NUM_STREAMS")),
                 "perf_count": self.perf_count}
@@ -150,7 +161,7 @@ class OpenVINORunner(Runner):
     def _make_handle(self) -> Any:
         return self.compiled.create_infer_request()
 
-    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Any, feeds: BackendFeeds) -> list[Any]:
         try:
             # share_inputs: the arrays are already contiguous numpy; outputs are copied out of the
             # request's buffers, which the next call on this handle overwrites.
@@ -160,7 +171,7 @@ class OpenVINORunner(Runner):
             raise UsageError(f"OpenVINO could not run {self.path.name}: {first[:300]}",
                              hint=f"inputs: {self.describe_inputs()}") from exc
 
-    def layer_profile(self, feeds: dict[str, Any], runs: int = 50, warmup: int = 5) -> list[dict[str, Any]]:
+    def layer_profile(self, feeds: Feeds, runs: int = 50, warmup: int = 5) -> list[LayerTime]:
         """Per-layer times over `runs` calls (the runner needs perf_count=True): one row per executed
         layer, slowest first, with OpenVINO's node name and type, the kernel it chose (exec_type,
         e.g. `brgemm_avx512_amx_I8` shows INT8 really ran) and total/per-run milliseconds."""
@@ -171,14 +182,15 @@ class OpenVINORunner(Runner):
         try:
             for _ in range(warmup):
                 handle.infer(normalized, share_inputs=True)
-            totals: dict[str, dict[str, Any]] = {}
+            totals: dict[str, LayerTime] = {}
             for _ in range(runs):
                 handle.infer(normalized, share_inputs=True)
                 for info in handle.get_profiling_info():
                     if str(info.status).endswith("NOT_RUN"):
                         continue
-                    row = totals.setdefault(info.node_name, {"name": info.node_name, "op_type": info.node_type,
-                                                             "exec_type": info.exec_type, "total_ms": 0.0, "calls": 0})
+                    row = totals.setdefault(info.node_name, LayerTime(
+                        name=info.node_name, op_type=info.node_type, exec_type=info.exec_type, total_ms=0.0, calls=0,
+                        per_run_ms=0.0, share=0.0))
                     row["total_ms"] += info.real_time.total_seconds() * 1000.0
                     row["calls"] += 1
         finally:

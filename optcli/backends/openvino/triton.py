@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 from optcli.deploy.pbtxt import MapEntries
 from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions
@@ -31,9 +30,9 @@ def _served(path: Path) -> ServedModel:
                        default_name=default_name(path), source=f"{path} (OpenVINO IR, {precision})", facts=facts)
 
 
-def _openvino(model: ServedModel, opts: TritonOptions, notes: list[str]) -> dict[str, Any]:
+def _openvino(model: ServedModel, opts: TritonOptions, notes: list[str]) -> dict[str, object]:
     """The OpenVINO backend's parameters (its README): precision, streams and threads as optcli ran it."""
-    def param(key: str, value: str) -> dict[str, Any]:
+    def param(key: str, value: str) -> dict[str, object]:
         return {"key": key, "value": {"string_value": value}}
 
     params = []
@@ -79,7 +78,8 @@ class OpenVINOTriton(TritonBackend):
             if value is not None:
                 raise UsageError(f"{flag} applies to ONNX models, not OpenVINO IRs")
 
-    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]) -> dict[str, Any]:
+    def extra_config(self, model: ServedModel, opts: TritonOptions, kind: str, notes: list[str]
+                     ) -> dict[str, object]:
         return _openvino(model, opts, notes)
 
     def copy(self, model: ServedModel, dest: Path) -> Path:

@@ -16,14 +16,18 @@ import inspect
 import re
 import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optcli.backends.registry import ONNX
 from optcli.errors import UsageError, foreign_exit
 from optcli.optional_imports import require
 from optcli.tensor_spec import TensorSpec, canonical_dtype, merge_pinned, with_default_dtype
+
+if TYPE_CHECKING:
+    from optcli.hf_folder import LoadedAs
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
@@ -50,12 +54,12 @@ class TorchModel:
 
     module: Any                          # callable nn.Module / ScriptModule
     inputs: list[TensorSpec]
-    example: dict[str, Any] = field(default_factory=dict)   # name -> example tensor, if known
+    example: dict[str, object] = field(default_factory=dict)   # name -> example tensor, if known
     exported_program: Any = None         # for .pt2
     int_high: dict[str, int] = field(default_factory=dict)  # upper bound for random int inputs
     fixed_batch: int | None = None       # a batch size the model itself fixes (.pt2 exported static)
     keyword_module: Any = None           # the user's module when its inputs go by keyword (`module` wraps it)
-    loaded_as: dict[str, Any] = field(default_factory=dict)  # what optcli chose (Hugging Face folders)
+    loaded_as: LoadedAs | None = None    # what optcli chose (Hugging Face folders)
 
 
 def detect(spec: str, allow_pickle: bool = False) -> ModelSource:
@@ -268,7 +272,7 @@ def _load_pt2(torch: Any, source: ModelSource, pinned: list[TensorSpec], device:
                       fixed_batch=fixed_batch)
 
 
-def _no_cache(params: Any, given: dict[str, Any]) -> dict[str, Any]:
+def _no_cache(params: Any, given: Mapping[str, object]) -> dict[str, bool]:
     """`use_cache=False` for a forward() that takes it (decoder LMs) and was not given it: optcli compiles
     the forward pass without a KV cache (docs/model-families.md says what that means for generation)."""
     return {"use_cache": False} if "use_cache" in params and "use_cache" not in given else {}
@@ -298,7 +302,7 @@ def _load_pt2_with_output_types(torch: Any, path: Path, cause: str) -> Any:
 
 
 def _keyword_adapter(torch: Any, module: Any, positional: int, keywords: list[str],
-                     constants: dict[str, Any] | None = None) -> Any:
+                     constants: Mapping[str, object] | None = None) -> Any:
     """Wrap `module` so module(*inputs) calls it with the last inputs as keywords (plus `constants`)."""
     fixed = dict(constants or {})
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
-from optcli.runtime.base import Runner
+from optcli.runtime.base import BackendFeeds, Runner
 from optcli.tensor_spec import TensorSpec, parse_input_spec
 
 
@@ -43,7 +43,7 @@ class TorchRunner(Runner):
         self._start()
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"intra_op_threads": self.threads, "mode": "eager", "device": self.device}
 
     def _make_handle(self) -> Any:
@@ -62,7 +62,7 @@ class TorchRunner(Runner):
             return value.to(self.device)  # a tensor already there stays put: no copy
         return torch.from_numpy(super()._to_backend(value, spec)).to(self.device)
 
-    def _run(self, handle: Any, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Any, feeds: BackendFeeds) -> list[Any]:
         with self.torch.inference_mode():
             out = handle(*[feeds[s.name] for s in self.inputs])
         flat = [t.detach().cpu().numpy() for t in flatten_outputs(out)]

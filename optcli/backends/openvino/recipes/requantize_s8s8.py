@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.backends.openvino.recipes.sources import ir_built, precision_hint, quantize_source
@@ -38,7 +37,8 @@ class RequantizeS8S8Recipe(CpuRecipe):
         return ir_built(xml, details, hint)
 
 
-def _requantize(ctx: RecipeContext, float_art: Artifact, folder: Path, fallback: bool) -> tuple[Path, dict[str, Any]]:
+def _requantize(ctx: RecipeContext, float_art: Artifact, folder: Path, fallback: bool
+                ) -> tuple[Path, dict[str, object]]:
     from optcli.quantize.int8_with_fallback import quantize_int8
     from optcli.quantize.tolerance import effective
 

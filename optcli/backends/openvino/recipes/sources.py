@@ -3,7 +3,6 @@ and how a built IR is described to build-cpu."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.backends.recipe import Built, RecipeContext
@@ -50,7 +49,7 @@ def excluded_nodes(ctx: RecipeContext, named: Path) -> list[str]:
     return user_excludes(ctx.stage, named)
 
 
-def ir_built(xml: Path, details: dict[str, Any], hint: str) -> Built:
+def ir_built(xml: Path, details: dict[str, object], hint: str) -> Built:
     """A built IR: the runner compiles it with the precision hint it was gated with."""
     details["inference_precision"] = hint
     return Built(xml, "openvino", runner_options={"precision": {"f32": "fp32"}.get(hint, hint)}, details=details)
