@@ -92,6 +92,8 @@ class Backend:
     cpu_facts: str | None = None                # "module:function" (precision, CpuConfig) -> dict: facts its
                                                 # recipes plan with (PlanRequest.facts[name]); pure data after
     machine_facts: str | None = None            # "module:function" () -> dict build-cpu records about the CPU
+    priors: str | None = None                   # "module:PRIORS" the CPU search's priors for its recipes'
+                                                # candidates (optcli.search.priors.Prior rows, with evidence)
     build_packages: tuple[str, ...] = ()        # other packages whose versions change what its recipes build
     heavy_builds: bool = False                  # its CPU builds hold whole extra copies of the weights (a
                                                 # converted model, a compiled one): the fast search skips them

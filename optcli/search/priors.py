@@ -18,6 +18,7 @@ measures INT8 against FP32 there and says so where INT8 is not faster (optcli/cp
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,80 +76,16 @@ class Prior:
 
 SMALL_BYTES = 16 << 20
 UNKNOWN = Prediction(1.0, 0.5, "no benchmark evidence for this candidate here: built and measured")
-ORT_INPUT, OV_CONVERT, OV_CONVERT_INPUT = "onnxruntime:input", "openvino:convert", "openvino:convert-input"
-NNCF, NNCF_TRANSFORMER, S8S8 = "openvino:nncf", "openvino:nncf-transformer", "openvino:requantize-s8s8"
-_CPU = "docs/benchmarks/cpu.md"
-_HERE = "docs/benchmarks/cpu.md, compile time (AVX2 EPYC, no VNNI)"
-_ISA = "docs/benchmarks/cpu.md, INT8 and the instruction set (AVX2 EPYC, no VNNI)"
+# Where the evidence is, for the rows' `evidence` strings.
+CPU_TABLES = "docs/benchmarks/cpu.md"
+THIS_MACHINE = "docs/benchmarks/cpu.md, compile time (AVX2 EPYC, no VNNI)"
+ISA_TABLES = "docs/benchmarks/cpu.md, INT8 and the instruction set (AVX2 EPYC, no VNNI)"
 FP32_BEST = "fp32:best"   # the fastest FP32 candidate, predicted relative to the INT8 winner
 AVX2 = "avx2"
 
-PRIORS: tuple[Prior, ...] = (
-    # FP32: OpenVINO's CPU plugin beat onnxruntime by 3-25% on every model but the smallest CNN.
-    Prior("fp32", OV_CONVERT, 1.0, 0.10, f"{_CPU}: OpenVINO FP32 0.80-0.97x onnxruntime's latency on tiny_bert, "
-          "ResNet-50, BERT-base, MiniLM"),
-    Prior("fp32", ORT_INPUT, 1.10, 0.10, f"{_CPU}: onnxruntime FP32 1.03-1.25x OpenVINO's on the same models"),
-    Prior("fp32", ORT_INPUT, 1.0, 0.10, f"{_CPU}: digits_cnn onnxruntime 0.105 ms vs OpenVINO 0.163 ms",
-          kind="conv", size="small"),
-    Prior("fp32", OV_CONVERT, 1.5, 0.15, f"{_CPU}: digits_cnn OpenVINO FP32 1.55x onnxruntime's latency",
-          kind="conv", size="small"),
-    # INT8, transformer encoders: NNCF's transformer setting is the one within tolerance on a pretrained
-    # encoder and ties the others on speed; the others lose accuracy there.
-    Prior("int8", NNCF_TRANSFORMER, 1.0, 0.05, f"{_CPU}: the choice on MiniLM (the only one within cosine 0.99) "
-          "and BERT-base (tie with NNCF default and s8/s8, most accurate)", kind="encoder"),
-    Prior("int8", NNCF, 0.97, 0.02, f"{_CPU}: BERT-base 34.4 vs 35.5 ms, MiniLM 8.80 vs 9.04 ms (within the tie "
-          "band, where the more accurate wins) and cosine 0.64 on MiniLM", kind="encoder", less_accurate=True),
-    Prior("int8", S8S8, 0.98, 0.02, f"{_CPU}: BERT-base 37.0-40.3 vs 38.9 ms (tie), cosine 0.9981 vs 0.9997; "
-          "MiniLM cosine 0.85", kind="encoder", less_accurate=True),
-    Prior("int8", ORT_INPUT, 1.35, 0.10, "docs ENVIRONMENT: BERT-base onnxruntime dynamic INT8 5.7x eager vs "
-          "OpenVINO+NNCF 7.6x", kind="encoder"),
-    # Without VNNI (this project's AVX2 EPYC): onnxruntime's dynamic INT8 (after its fallback) ties NNCF
-    # on the pretrained MiniLM, a little less accurate; NNCF default and s8/s8 lose accuracy as with VNNI.
-    Prior("int8", ORT_INPUT, 0.9, 0.10, f"{_HERE}: onnxruntime dynamic INT8 vs NNCF transformer: MiniLM 105.7 vs "
-          "112.4 ms (a tie), cosine 0.9901 only after an 87 s fallback vs 0.9959; BERT-base 420 vs 502 ms, "
-          "cosine 0.99957 vs 0.99902 (random weights)", kind="encoder", int8_isa="plain", less_accurate=True,
-          measured_on=AVX2),
-    Prior("int8", NNCF_TRANSFORMER, 1.0, 0.05, f"{_HERE}: MiniLM 112.4 ms, the choice (cosine 0.9959); BERT-base "
-          "502 ms", kind="encoder", int8_isa="plain", measured_on=AVX2),
-    Prior("int8", NNCF, 1.03, 0.05, f"{_HERE}: MiniLM 116.2 vs 112.4 ms, cosine 0.63; BERT-base 511 vs 502 ms",
-          kind="encoder", int8_isa="plain", less_accurate=True, measured_on=AVX2),
-    Prior("int8", S8S8, 1.07, 0.05, f"{_HERE}: MiniLM 119.9 vs 112.4 ms, cosine 0.83; BERT-base 533 vs 502 ms",
-          kind="encoder", int8_isa="plain", less_accurate=True, measured_on=AVX2),
-    # On small encoders per-call overhead dominates and onnxruntime's dynamic INT8 was the fastest (VNNI).
-    Prior("int8", ORT_INPUT, 0.6, 0.2, f"{_CPU}: thorough search on tiny_bert (1.4 MB): onnxruntime dynamic INT8 0.280 "
-          "ms vs NNCF 0.394 ms; the zoo's ALBERT (0.34 MB): 0.082 vs 0.186 ms", kind="encoder", size="small"),
-    # ...but on a tiny encoder NNCF's defaults were 9% faster than its transformer setting.
-    Prior("int8", NNCF, 1.0, 0.05, f"{_CPU}: tiny_bert NNCF default 0.611 ms vs transformer 0.668 ms, same "
-          "cosine", kind="encoder", size="small"),
-    Prior("int8", NNCF_TRANSFORMER, 1.09, 0.05, f"{_CPU}: tiny_bert 0.668 vs 0.611 ms", kind="encoder", size="small"),
-    # INT8 CNNs: onnxruntime's Q/DQ wins on a small CNN, NNCF on ResNet-50.
-    Prior("int8", ORT_INPUT, 1.0, 0.10, f"{_CPU}: digits_cnn onnxruntime Q/DQ 0.087 ms vs NNCF 0.101 ms "
-          "(1.16x, 1.7x in a second run)", kind="conv", size="small"),
-    Prior("int8", NNCF, 1.3, 0.10, f"{_CPU}: digits_cnn 1.16-1.7x onnxruntime Q/DQ's latency, cosine 0.99943 vs "
-          "0.99966", kind="conv", size="small", less_accurate=True),
-    Prior("int8", OV_CONVERT_INPUT, 1.5, 0.15, f"{_CPU}: digits_cnn OpenVINO of the Q/DQ graph, like NNCF's 1.16-1.7x",
-          kind="conv", size="small"),
-    Prior("int8", S8S8, 1.5, 0.15, f"{_CPU}: digits_cnn, like NNCF's 1.16-1.7x", kind="conv", size="small"),
-    # Without VNNI (7-bit u8s8 weights for onnxruntime), measured on this project's AVX2 machine.
-    Prior("int8", ORT_INPUT, 1.0, 0.10, f"{_HERE}: digits_cnn onnxruntime Q/DQ 0.183-0.256 ms, the fastest "
-          "in two runs", kind="conv", size="small", int8_isa="plain",
-          measured_on=AVX2),
-    Prior("int8", OV_CONVERT_INPUT, 1.5, 0.15, f"{_HERE}: digits_cnn OpenVINO of the Q/DQ graph 1.41-1.76x "
-          "onnxruntime's", kind="conv", size="small", int8_isa="plain",
-          measured_on=AVX2),
-    Prior("int8", NNCF, 1.5, 0.15, f"{_HERE}: digits_cnn NNCF 1.33-2.5x onnxruntime Q/DQ's", kind="conv", size="small",
-          int8_isa="plain", measured_on=AVX2),
-    Prior("int8", S8S8, 1.6, 0.15, f"{_HERE}: digits_cnn s8/s8 Q/DQ IR 1.57-2.4x onnxruntime Q/DQ's, cosine 0.9939 "
-          "vs 0.9995", kind="conv", size="small", int8_isa="plain", less_accurate=True, measured_on=AVX2),
-    Prior("int8", NNCF, 1.0, 0.05, f"{_CPU}: ResNet-50 NNCF default 12.1 ms, the choice", kind="conv", size="large"),
-    Prior("int8", S8S8, 1.05, 0.15, f"{_CPU}: ResNet-50 s8/s8 Q/DQ 0.86x and 1.12x NNCF's latency in two runs",
-          kind="conv", size="large"),
-    Prior("int8", S8S8, 1.10, 0.05, f"{_CPU}, compile time (VNNI): ResNet-50 s8/s8 Q/DQ 1.106x and 1.10x NNCF's "
-          "latency (fast and thorough search, one run each)", kind="conv", size="large", int8_isa="vnni"),
-    Prior("int8", OV_CONVERT_INPUT, 1.08, 0.05, f"{_CPU}: ResNet-50 OpenVINO u8/s8 Q/DQ 1.07-1.09x NNCF's",
-          kind="conv", size="large"),
-    Prior("int8", ORT_INPUT, 3.0, 0.3, "docs ENVIRONMENT: ResNet-50 onnxruntime static INT8 1.5x eager vs NNCF 7.0x",
-          kind="conv", size="large"),
+# Rows about no one backend: the fastest FP32 candidate against the INT8 winner. Each backend's own rows are in
+# its folder (optcli/backends/<name>/priors.py), named by its descriptor's `priors`.
+GENERAL_PRIORS: tuple[Prior, ...] = (
     # INT8 against FP32. With VNNI: NNCF INT8 7.0x and 7.6x PyTorch eager against FP32's 1.9x (ResNet-50) and
     # 2.3x (BERT-base) on onnxruntime, 3.9x for OpenVINO BF16: FP32 predicted at ~2x the INT8 winner's latency.
     Prior("int8", FP32_BEST, 2.0, 0.3, "docs ENVIRONMENT: ResNet-50 NNCF INT8 7.0x eager vs ORT FP32 1.9x and "
@@ -156,18 +93,30 @@ PRIORS: tuple[Prior, ...] = (
     # Without VNNI no INT8 win is assumed: the CPU build measures INT8 against FP32 and says where it is not faster.
     Prior("int8", FP32_BEST, 1.0, 0.5, "no evidence that INT8 beats FP32 on a CPU without VNNI (u8 x s8 pairs "
           "saturate in int16, 7-bit weights): measured in each run", int8_isa="plain", measured_on=AVX2),
-    Prior("int8", FP32_BEST, 1.0, 0.2, f"{_ISA}: MiniLM-shaped encoder, FP32 OpenVINO over NNCF transformer INT8 "
+    Prior("int8", FP32_BEST, 1.0, 0.2, f"{ISA_TABLES}: MiniLM-shaped encoder, FP32 OpenVINO over NNCF transformer INT8 "
           "0.91-0.96x, over onnxruntime dynamic INT8 1.13-1.18x: measured in each run", kind="encoder",
           int8_isa="plain", measured_on=AVX2),
-    Prior("int8", FP32_BEST, 1.7, 0.2, f"{_ISA}: ResNet-50, the best FP32 at 1.96-2.29x NNCF INT8's latency and "
+    Prior("int8", FP32_BEST, 1.7, 0.2, f"{ISA_TABLES}: ResNet-50, the best FP32 at 1.96-2.29x NNCF INT8's latency and "
           "1.68-1.72x onnxruntime u8/s8 Q/DQ's (7-bit weights), two exports", kind="conv", size="large",
           int8_isa="plain", measured_on=AVX2),
 )
 
 
+@functools.lru_cache(maxsize=1)
+def all_priors() -> tuple[Prior, ...]:
+    """Every row: the general ones and each registered backend's (its descriptor's `priors`)."""
+    from optcli.backends.registry import all_backends, load_object
+
+    rows = list(GENERAL_PRIORS)
+    for backend in all_backends():
+        if backend.priors:
+            rows.extend(load_object(backend.priors))
+    return tuple(rows)
+
+
 def predict(features: Features, key: str) -> Prediction:
     """The most specific prior for `key` under `features`, UNKNOWN where the benchmarks say nothing."""
-    rows = [p for p in PRIORS if p.matches(features, key)]
+    rows = [p for p in all_priors() if p.matches(features, key)]
     if not rows:
         return UNKNOWN
     best = max(rows, key=Prior.specificity)

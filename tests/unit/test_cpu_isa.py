@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from optcli.backends.onnxruntime.priors import INPUT as ORT_INPUT
+from optcli.backends.openvino.priors import NNCF, NNCF_TRANSFORMER, S8S8
 from optcli.cpu import isa
 from optcli.cpu.int8_vs_fp32 import Versus, assumed_faster
 from optcli.cpu.search_run import features
 from optcli.quantize import flavour
-from optcli.search.priors import FP32_BEST, NNCF, NNCF_TRANSFORMER, ORT_INPUT, PRIORS, S8S8, Features, predict
+from optcli.search.priors import FP32_BEST, Features, all_priors, predict
 from optcli.search.search import effective_ratio
 
 VNNI = isa.from_names({"avx2", "avx512", "vnni", "bf16"})
@@ -91,13 +93,13 @@ def test_without_vnni_no_int8_win_over_fp32_is_assumed_without_evidence_from_suc
     # A large CNN's INT8 win was measured without VNNI (ResNet-50): that evidence, and only such, counts.
     cnn = _features(AVX2, CONV_OPS, False)
     assert assumed_faster(cnn)
-    assert all(p.measured_on == "avx2" for p in PRIORS if p.key == FP32_BEST and p.int8_isa == "plain")
+    assert all(p.measured_on == "avx2" for p in all_priors() if p.key == FP32_BEST and p.int8_isa == "plain")
     assert assumed_faster(_features(AVX2, {"Gemm": 4}, False, precision="fp32"))  # only INT8 is compared
 
 
 def test_every_prior_names_the_isa_it_was_measured_on_and_vnni_rows_widen_without_it() -> None:
-    assert all(p.measured_on in ("vnni", "avx2") for p in PRIORS)
-    assert all(p.measured_on == "avx2" for p in PRIORS if p.int8_isa == "plain")
+    assert all(p.measured_on in ("vnni", "avx2") for p in all_priors())
+    assert all(p.measured_on == "avx2" for p in all_priors() if p.int8_isa == "plain")
     vnni, plain = predict(_features(VNNI, CONV_OPS, False), NNCF), predict(_features(AVX2, CONV_OPS, False), NNCF)
     assert plain.ratio == vnni.ratio and plain.spread == 2 * vnni.spread and "(measured with VNNI)" in plain.evidence
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from optcli.backends.onnxruntime.priors import INPUT as ORT_INPUT
+from optcli.backends.openvino.priors import NNCF, NNCF_TRANSFORMER, S8S8
 from optcli.search.elimination import Standing, clearly_behind, settled, standing, tied_for_good
-from optcli.search.priors import NNCF, NNCF_TRANSFORMER, ORT_INPUT, S8S8, UNKNOWN, Features, Prediction, predict
+from optcli.search.priors import UNKNOWN, Features, Prediction, predict
 from optcli.search.search import Search
 
 
@@ -207,3 +209,27 @@ def test_budget_used_is_the_worst_output_against_each_bound() -> None:
     assert budget_used(summary, None, 0.05, None) == pytest.approx(0.8)
     assert budget_used(summary, 0.99, 0.1, 0.98) == pytest.approx(0.5)
     assert budget_used(summary, 1.0, None, None) is None and budget_used(summary, None, None, None) is None
+
+
+def test_each_backends_priors_live_in_its_folder_and_reach_the_search() -> None:
+    # Issue 32: the priors are data, each backend's rows in its own folder, read through its descriptor.
+    from optcli.backends import registry
+    from optcli.search.priors import GENERAL_PRIORS, all_priors
+
+    rows = all_priors()
+    for backend in registry.all_backends():
+        own = [p for p in rows if p.key.startswith(f"{backend.name}:")]
+        if backend.priors:
+            module = backend.priors.split(":")[0]
+            assert module.startswith(f"optcli.backends.{backend.name.replace('-', '_')}."), backend.priors
+            assert own and set(own) == set(registry.load_object(backend.priors)), backend.name
+        else:
+            assert not own, f"{backend.name} has priors rows but its descriptor names none"
+    # what is left outside the backends' folders is about no one backend
+    assert not [p.key for p in GENERAL_PRIORS if p.key.split(":")[0] in registry.names()]
+    assert len(rows) == len(set(rows))
+
+
+def test_a_backend_without_priors_gets_the_unknown_prediction() -> None:
+    f = Features("int8", "encoder", "large", "vnni")
+    assert predict(f, "somebackend:recipe") == UNKNOWN

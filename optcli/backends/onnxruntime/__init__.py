@@ -13,6 +13,7 @@ BACKEND = Backend(
     runner=f"{_HERE}.runner:OnnxRuntimeRunner",
     takes_optimization=True,
     cpu_recipes=(f"{_HERE}.recipes.input:RECIPE",),
+    priors=f"{_HERE}.priors:PRIORS",
     cpu_precisions=("fp32", "fp16", "int8"),
     cpu_refusals=(("bf16", "onnxruntime has no BF16 path on the CPU",
                    "use --backend openvino (or auto) for --bf16, or drop --bf16"),),

@@ -19,6 +19,7 @@ BACKEND = Backend(
     cpu_precisions=("fp32", "bf16", "int8"),
     cpu_refusals=(("fp16", "OpenVINO's CPU plugin has no FP16 arithmetic (it computes FP16 models in FP32 or BF16)",
                    "use --bf16 with --backend openvino, or --fp16 with --backend onnxruntime"),),
+    priors=f"{_HERE}.priors:PRIORS",
     cpu_facts=f"{_HERE}.plan_facts:plan_facts",
     machine_facts=f"{_HERE}.plan_facts:machine_facts",
     build_packages=("nncf",),
