@@ -21,7 +21,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.batch_merge import PaddingPlan, batch_blocker, merge_key, padding_plan, rows, run_padded
 from optcli.errors import UsageError
@@ -153,6 +153,17 @@ def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int
     return count
 
 
+class BatchStats(TypedDict):
+    """What a BatchedRunner ran so far. A gathered batch of mixed lengths may run as several runner calls
+    (padding "auto" or "bucket" split it by length): `batches` counts the gathered ones (`histogram`: by
+    rows), `calls` the runner calls they ran as."""
+
+    batches: int
+    calls: int
+    rows: int
+    histogram: dict[int, int]
+
+
 # -- the batcher ------------------------------------------------------------------------------------
 class _Request:
     """One call in the queue. A caller of run() waits on `wake` (made only if it has to wait) for its
@@ -191,7 +202,8 @@ class _Batcher:
         self.cond = threading.Condition()
         self.closed = False
         self.pool: ThreadPoolExecutor | None = None
-        self.histogram: Counter[int] = Counter()
+        self.histogram: Counter[int] = Counter()   # gathered batches by rows
+        self.calls = 0                              # runner calls: a gathered batch split by length runs several
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """Run one request in the caller's thread, batched with whatever is in flight."""
@@ -296,13 +308,21 @@ class _Batcher:
     def _execute(self, batch: list[_Request]) -> None:
         results: list[dict[str, Any]] = []
         error: BaseException | None = None
+        calls = 0
+
+        def run(feeds: dict[str, Any]) -> list[Any]:
+            nonlocal calls
+            calls += 1
+            return self.runner.run_normalized(feeds)
+
         try:
-            parts = run_padded(self.runner.run_normalized, [r.feeds for r in batch], self.names, self.plan)
+            parts = run_padded(run, [r.feeds for r in batch], self.names, self.plan)
             results = [dict(zip(self.names, outs)) for outs in parts]
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
             error = exc
         with self.cond:
             self.histogram[sum(r.rows for r in batch)] += 1
+            self.calls += calls
             for i, r in enumerate(batch):
                 if r.future is None:
                     r.result, r.error, r.done = (results[i] if results else None), error, True
@@ -331,7 +351,7 @@ class _Batcher:
 
 class BatchedRunner:
     """A loaded model whose concurrent calls are batched: `predict`, `predict_async`, `close`, like
-    a Runner. `stats()` counts the batches run by size."""
+    a Runner. `stats()` counts the gathered batches by size and the runner calls they ran as."""
 
     def __init__(self, runner: Any, options: BatchingOptions) -> None:
         # The PyTorch runner records no output shapes (shape ()): split() checks those per batch.
@@ -374,11 +394,13 @@ class BatchedRunner:
         """The hot path for benchmarks: inputs already checked by normalize()."""
         return list(self._batcher.run(feeds).values())
 
-    def stats(self) -> dict[str, Any]:
-        """{"batches": N, "rows": R, "histogram": {batch size: count}}: what ran so far."""
+    def stats(self) -> BatchStats:
+        """{"batches": gathered, "calls": runner calls, "rows": R, "histogram": {batch size: count}} so far."""
         with self._batcher.cond:
             hist = dict(sorted(self._batcher.histogram.items()))
-        return {"batches": sum(hist.values()), "rows": sum(k * v for k, v in hist.items()), "histogram": hist}
+            calls = self._batcher.calls
+        return {"batches": sum(hist.values()), "calls": calls, "rows": sum(k * v for k, v in hist.items()),
+                "histogram": hist}
 
     def close(self) -> None:
         """Refuse new calls, run the queued ones, then close the model. Safe to call twice."""
