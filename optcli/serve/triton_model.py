@@ -53,6 +53,7 @@ class OptcliTritonModel:
     ARTIFACT: ClassVar[Path]
     RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}
     MAX_REQUEST_BYTES: ClassVar[int] = 64 * 2**20
+    PADDING: ClassVar[str] = "auto"   # optcli serve --padding: how requests of different lengths share a call
 
     def initialize(self, args: dict[str, str]) -> None:
         from optcli.api import load
@@ -65,9 +66,9 @@ class OptcliTritonModel:
         self.input_names = [s.name for s in self.runner.inputs]
         self.output_names = [s.name for s in self.runner.outputs]
         self.item_bytes = [_item_bytes(s.dtype) for s in self.runner.inputs]
-        from optcli.batch_merge import padding_plan
+        from optcli.batching import BatchingOptions
 
-        self.plan = padding_plan(self.runner.inputs, self.runner.outputs)
+        self.plan = BatchingOptions(padding=self.PADDING).plan(self.runner)
 
     def too_large(self, shapes: list[list[int]]) -> str | None:
         """Why a request's inputs (their shapes) are refused before anything is allocated for them: over
