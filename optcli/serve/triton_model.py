@@ -47,6 +47,12 @@ def _item_bytes(dtype: str) -> int:
         return 8
 
 
+def _bad_request(pb_utils: Any, text: str) -> Any:
+    """A TritonError with INVALID_ARG (HTTP 400); Python backends older than error codes: INTERNAL (500)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(text) if code is None else pb_utils.TritonError(text, code)
+
+
 class OptcliTritonModel:
     """TritonPythonModel for an optcli artifact; model.py sets ARTIFACT and RUNNER_OPTIONS."""
 
@@ -105,8 +111,10 @@ class OptcliTritonModel:
                     raise ValueError(problem)
                 raw = {n: np.from_dlpack(t) if dlpack else t.as_numpy() for n, t in zip(self.input_names, tensors)}
                 feeds = self.runner.normalize(raw)
-            except (OptcliError, TypeError, ValueError) as exc:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+            except (OptcliError, TypeError, ValueError) as exc:  # the request's fault: 400, the server stays up
+                hint = getattr(exc, "hint", None)
+                text = f"{exc}; hint: {hint}" if hint else str(exc)
+                responses[i] = pb_utils.InferenceResponse(error=_bad_request(pb_utils, text))
                 continue
             key = merge_key(feeds, self.plan)
             groups.setdefault(key if key is not None else ("alone", i), []).append((i, feeds))
