@@ -22,7 +22,7 @@ from typing import Any
 
 from optcli.errors import OptcliError, ServeError, UsageError
 from optcli.serve.bundled_triton import find_bundled_triton
-from optcli.serve.health import batch_sizes, check_port_free, free_port, http_json, http_status
+from optcli.serve.health import ModelStatistics, batch_sizes, check_port_free, free_port, http_json, http_status
 from optcli.serve.http_guard import HttpGuard
 from optcli.serve.leftovers import Workdir, claim_workdir, remove_shm, sweep
 from optcli.serve.request_check import DEFAULT_MAX_REQUEST_BYTES, ModelShapes
@@ -267,9 +267,10 @@ class TritonServer:
         return {"http": f"{self.base_url}/v2/models/{self.name}", "grpc": f"{host}:{self.grpc_port}",
                 "metrics": f"http://{host}:{self.metrics_port}/metrics", "health": f"{self.base_url}/v2/health/ready"}
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ModelStatistics:
         """Triton's statistics for the model (/v2/models/<name>/stats)."""
-        return dict(http_json(f"{self.base_url}/v2/models/{self.name}/stats"))
+        stats: ModelStatistics = http_json(f"{self.base_url}/v2/models/{self.name}/stats")
+        return stats
 
     def batch_sizes(self) -> dict[int, int]:
         """{batch size: executions} so far, from Triton's statistics."""

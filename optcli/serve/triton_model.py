@@ -17,8 +17,12 @@ This module runs inside the Triton stub process: `triton_python_backend_utils` e
 from __future__ import annotations
 
 import sys
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from optcli.batch_merge import Tensors
 
 # The stub's DLPack import (pybind11) leaves this error unraised on every output tensor it takes from
 # numpy 2; the tensor is taken correctly. Dropped so the server log is not one traceback per request.
@@ -57,7 +61,7 @@ class OptcliTritonModel:
     """TritonPythonModel for an optcli artifact; model.py sets ARTIFACT and RUNNER_OPTIONS."""
 
     ARTIFACT: ClassVar[Path]
-    RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}
+    RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}   # JSON from model.py, passed to load(), which checks them
     MAX_REQUEST_BYTES: ClassVar[int] = 64 * 2**20
     PADDING: ClassVar[str] = "auto"   # optcli serve --padding: how requests of different lengths share a call
 
@@ -99,7 +103,7 @@ class OptcliTritonModel:
         from optcli.errors import OptcliError
 
         responses: list[Any] = [None] * len(requests)
-        groups: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+        groups: dict[Hashable, list[tuple[int, Tensors]]] = {}
         for i, request in enumerate(requests):
             try:
                 tensors = [pb_utils.get_input_tensor_by_name(request, n) for n in self.input_names]
