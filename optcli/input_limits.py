@@ -83,7 +83,7 @@ def too_large(spec: TensorSpec, shape: tuple[int, ...], axis: int, most: int, fi
                           f"takes {takes}",
                           hint=f"split it into batches of {most}, or re-export with a dynamic batch "
                                "(no --static-batch)")
-    if axis == 1 and len(shape) == 2:  # batch x length: token ids, a mask, positions
+    if axis == 1 and len(shape) == 2 and spec.dtype.startswith(("int", "uint")):  # token ids, a mask, positions
         return UsageError(f"input {spec.name!r} is {given} long (shape {format_shape(shape)}); this artifact takes "
                           f"{takes}",
                           hint=f"truncate it to {most} (a tokenizer's max_length={most}), or re-export the model "

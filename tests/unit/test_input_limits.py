@@ -111,6 +111,15 @@ def test_every_fixed_dim_over_the_models_is_refused_naming_it(tmp_path: Path) ->
         with pytest.raises(UsageError) as err:
             model.predict(np.zeros((1, 3, 6, 8), np.float32))
         one_line(err, "has shape 1x3x6x8, the model takes batchx3x8x8")
+    features = helper.make_graph([helper.make_node("Relu", ["f"], ["r"])], "tabular",
+                                 [helper.make_tensor_value_info("f", TensorProto.FLOAT, ["batch", 4])],
+                                 [helper.make_tensor_value_info("r", TensorProto.FLOAT, ["batch", 4])])
+    tabular = helper.make_model(features, opset_imports=[helper.make_opsetid("", 17)])
+    tabular.ir_version = 8
+    onnx.save(tabular, str(tmp_path / "tabular.onnx"))
+    with optcli.load(tmp_path / "tabular.onnx") as model, pytest.raises(UsageError) as err:
+        model.predict(np.zeros((1, 6), np.float32))  # batch x features: not a sequence, whatever its rank
+    one_line(err, "input 'f' has 6 on dim 1", "exactly 4")
     with optcli.load(conv_onnx(tmp_path / "fixed.onnx", batch=1)) as model:
         with pytest.raises(UsageError) as err:
             model.predict(np.zeros((4, 3, 8, 8), np.float32))
