@@ -282,7 +282,7 @@ def serve(artifact: str | Path, **options: Any) -> TritonServer:
     is ready (`urls`, `statistics()`, `stop()`; a context manager). `options` are ServeOptions
     fields (name, host, http_port, grpc_port, metrics_port, max_batch_size, max_queue_delay_us,
     preferred_batch_sizes, instances, kind, threads, inputs, startup_timeout_s, verbose, max_request_bytes,
-    max_restarts).
+    max_restarts, padding).
     """
     from optcli.serve.server import start_server
 

@@ -23,15 +23,24 @@ How a gathered batch is cut into calls (PaddingPlan.grouping):
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
 
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+# What a runner's normalize() gives and its run_normalized() returns: numpy arrays, or torch tensors where
+# the PyTorch runner keeps them on the device.
+Tensor: TypeAlias = "np.ndarray | torch.Tensor"
+Tensors: TypeAlias = "dict[str, Tensor]"   # by input (or output) name
+RunBatch: TypeAlias = "Callable[[Tensors], Sequence[Tensor]]"
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ def batch_blocker(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -
     return None
 
 
-def length(feeds: dict[str, Any], plan: PaddingPlan | None) -> int | None:
+def length(feeds: Tensors, plan: PaddingPlan | None) -> int | None:
     """The request's sequence length (dim 1 of its sequence inputs), None where nothing is padded."""
     if plan is None:
         return None
@@ -81,14 +90,15 @@ def length(feeds: dict[str, Any], plan: PaddingPlan | None) -> int | None:
     return dims.pop() if len(dims) == 1 else None
 
 
-def merge_key(feeds: dict[str, Any], plan: PaddingPlan | None = None) -> tuple[Any, ...] | None:
+def merge_key(feeds: Tensors, plan: PaddingPlan | None = None) -> tuple[Hashable, ...] | None:
     """What must match for two requests to share a batch: every input's non-batch shape and dtype, but
     not the length of the sequence inputs under a plan. None for a request whose inputs disagree on
     dim 0 (or a scalar input): it always runs alone."""
-    key, size = [], None
+    key: list[tuple[str, tuple[int | str, ...], Hashable]] = []
+    size = None
     seq = length(feeds, plan)
     for name, value in feeds.items():
-        shape = tuple(value.shape)
+        shape: tuple[int | str, ...] = tuple(value.shape)
         if not shape or (size is not None and shape[0] != size):
             return None
         size = shape[0]
@@ -98,21 +108,21 @@ def merge_key(feeds: dict[str, Any], plan: PaddingPlan | None = None) -> tuple[A
     return tuple(key)
 
 
-def rows(feeds: dict[str, Any]) -> int:
+def rows(feeds: Tensors) -> int:
     """The request's batch size (dim 0 of its first input)."""
     first = next(iter(feeds.values()))
     return int(first.shape[0]) if len(first.shape) else 1
 
 
-def _concat(values: list[Any]) -> Any:
+def _concat(values: list[Tensor]) -> Tensor:
     if type(values[0]).__module__.startswith("torch"):
         import torch
 
-        return torch.cat(values)
-    return np.concatenate(values)
+        return torch.cat(cast("list[torch.Tensor]", values))
+    return np.concatenate(cast("list[np.ndarray]", values))
 
 
-def _pad(value: Any, width: int) -> Any:
+def _pad(value: Tensor, width: int) -> Tensor:
     """`value` (batch x length) right-padded with 0 to `width`."""
     missing = width - int(value.shape[1])
     if not missing:
@@ -120,11 +130,11 @@ def _pad(value: Any, width: int) -> Any:
     if type(value).__module__.startswith("torch"):
         import torch
 
-        return torch.nn.functional.pad(value, (0, missing))
+        return torch.nn.functional.pad(cast("torch.Tensor", value), (0, missing))
     return np.pad(value, ((0, 0), (0, missing)))
 
 
-def merge(requests: list[dict[str, Any]], plan: PaddingPlan | None = None) -> dict[str, Any]:
+def merge(requests: list[Tensors], plan: PaddingPlan | None = None) -> Tensors:
     """One feed dict holding every request, stacked along dim 0 in order; under a plan the sequence
     inputs are right-padded to the longest request first."""
     if len(requests) == 1:
@@ -137,13 +147,13 @@ def merge(requests: list[dict[str, Any]], plan: PaddingPlan | None = None) -> di
             for name in requests[0]}
 
 
-def split(outputs: list[Any], sizes: list[int], names: list[str], lengths: list[int | None] | None = None,
-          plan: PaddingPlan | None = None) -> list[list[Any]]:
+def split(outputs: Sequence[Tensor], sizes: list[int], names: list[str], lengths: list[int | None] | None = None,
+          plan: PaddingPlan | None = None) -> list[list[Tensor]]:
     """Per request, its rows of every output; an output whose dim 0 is not the batch is an error.
     With `lengths` (each request's, from length()) and a plan, outputs the plan names whose dim 1 is the
     batch's padded length are cut back to each request's own length."""
     if len(sizes) == 1:
-        return [outputs]
+        return [list(outputs)]
     total = sum(sizes)
     for name, out in zip(names, outputs):
         if not len(out.shape) or int(out.shape[0]) != total:
@@ -160,8 +170,8 @@ def split(outputs: list[Any], sizes: list[int], names: list[str], lengths: list[
     return [[o[:, :n] if c else o for o, c in zip(part, cut)] for part, n in zip(parts, lengths)]
 
 
-def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[str, Any]], names: list[str],
-               plan: PaddingPlan | None = None) -> list[list[Any]]:
+def run_padded(run: RunBatch, requests: list[Tensors], names: list[str],
+               plan: PaddingPlan | None = None) -> list[list[Tensor]]:
     """Run requests that share a merge_key as one batch, or as the few sub-batches of similar length
     the plan's grouping picks; per request, its outputs (its rows, cut back to its own length)."""
     lengths = [length(r, plan) for r in requests]
@@ -176,7 +186,7 @@ def run_padded(run: Callable[[dict[str, Any]], list[Any]], requests: list[dict[s
                                                                                                 plan.max_groups))]
         else:
             groups = cheapest_groups(known, [rows(r) for r in requests])
-    out: list[list[Any]] = [[] for _ in requests]
+    out: list[list[Tensor]] = [[] for _ in requests]
     for group in groups:
         members = [requests[i] for i in group]
         parts = split(run(merge(members, plan)), [rows(r) for r in members], names, [lengths[i] for i in group], plan)

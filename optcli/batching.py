@@ -18,14 +18,16 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
-from optcli.batch_merge import PaddingPlan, batch_blocker, merge_key, padding_plan, rows, run_padded
+from optcli.batch_merge import PaddingPlan, Tensor, Tensors, batch_blocker, merge_key, padding_plan, rows, run_padded
 from optcli.errors import UsageError
 from optcli.length_groups import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
+from optcli.tensor_spec import TensorSpec
 
 _KNOBS = "max_batch_size, max_queue_delay_microseconds, preferred_batch_size, padding, padding_bucket"
 PADDING = ("auto", "longest", "bucket", "off")
@@ -35,6 +37,29 @@ _ALIASES = {"max-batch-size": "max_batch_size", "max": "max_batch_size",
             "delay-us": "max_queue_delay_microseconds", "delay_us": "max_queue_delay_microseconds",
             "preferred": "preferred_batch_size", "preferred-batch-size": "preferred_batch_size",
             "pad": "padding", "bucket": "padding_bucket", "padding-bucket": "padding_bucket"}
+
+
+class InnerRunner(Protocol):
+    """What the batcher runs: a Runner (optcli/runtime/base.py), or a LengthBucketedRunner around one."""
+
+    @property
+    def inputs(self) -> list[TensorSpec]: ...
+    @property
+    def outputs(self) -> list[TensorSpec]: ...
+    @property
+    def concurrency(self) -> int: ...
+    def normalize(self, feeds: Any) -> Tensors: ...
+    def run_normalized(self, feeds: Tensors) -> Sequence[Tensor]: ...
+    def describe_inputs(self) -> str: ...
+    def close(self) -> None: ...
+
+
+class BatchingJson(TypedDict):
+    max_batch_size: int
+    max_queue_delay_microseconds: int
+    preferred_batch_size: list[int]
+    padding: str
+    padding_bucket: int
 
 
 @dataclass(frozen=True)
@@ -68,7 +93,7 @@ class BatchingOptions:
             raise UsageError(f"batching padding_bucket {self.padding_bucket!r}: must be an integer >= 1",
                              hint="e.g. padding_bucket=16")
 
-    def plan(self, runner: Any) -> PaddingPlan | None:
+    def plan(self, runner: InnerRunner) -> PaddingPlan | None:
         """The padding plan for this runner's model under these options (None: equal shapes only)."""
         if self.padding == "off":
             return None
@@ -78,23 +103,24 @@ class BatchingOptions:
     def delay_s(self) -> float:
         return self.max_queue_delay_microseconds / 1e6
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BatchingJson:
         return {"max_batch_size": self.max_batch_size,
                 "max_queue_delay_microseconds": self.max_queue_delay_microseconds,
                 "preferred_batch_size": list(self.preferred_batch_size),
                 "padding": self.padding, "padding_bucket": self.padding_bucket}
 
 
-def batching_options(value: Any) -> BatchingOptions:
-    """`True` (defaults), a dict of Triton's knob names, a BatchingOptions, or the CLI text."""
+def batching_options(value: object) -> BatchingOptions:
+    """`True` (defaults), a dict of Triton's knob names, a BatchingOptions, or the CLI text; anything else
+    is a UsageError (the caller's value, checked here)."""
     if isinstance(value, BatchingOptions):
         return value
     if value is True:
         return BatchingOptions()
     if isinstance(value, str):
         return parse_batching(value)
-    if isinstance(value, dict):
-        fields = {_ALIASES.get(str(k), str(k)): v for k, v in value.items()}
+    if isinstance(value, Mapping):
+        fields: dict[str, Any] = {_ALIASES.get(str(k), str(k)): v for k, v in value.items()}  # checked by the class
         unknown = sorted(set(fields) - set(BatchingOptions.__dataclass_fields__))
         if unknown:
             raise UsageError(f"unknown batching option {unknown[0]!r}", hint=f"options: {_KNOBS}")
@@ -111,7 +137,7 @@ def parse_batching(text: str) -> BatchingOptions:
     hint = "e.g. --batching max_batch_size=16,max_queue_delay_microseconds=500,preferred_batch_size=4/8"
     if text.strip().lower() in ("on", "true", "yes", ""):
         return BatchingOptions()
-    fields: dict[str, Any] = {}
+    fields: dict[str, int | str | tuple[int, ...]] = {}
     for item in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = item.partition("=")
         key = _ALIASES.get(key.strip().lower(), key.strip().lower())
@@ -126,7 +152,7 @@ def parse_batching(text: str) -> BatchingOptions:
                 fields[key] = int(value)
         except ValueError:
             raise UsageError(f"bad --batching item {item!r}: not an integer", hint=hint) from None
-    return BatchingOptions(**fields)
+    return batching_options(fields)
 
 
 def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int:
@@ -153,6 +179,17 @@ def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int
     return count
 
 
+class BatchStats(TypedDict):
+    """What a BatchedRunner ran so far. A gathered batch of mixed lengths may run as several runner calls
+    (padding "auto" or "bucket" split it by length): `batches` counts the gathered ones (`histogram`: by
+    rows), `calls` the runner calls they ran as."""
+
+    batches: int
+    calls: int
+    rows: int
+    histogram: dict[int, int]
+
+
 # -- the batcher ------------------------------------------------------------------------------------
 class _Request:
     """One call in the queue. A caller of run() waits on `wake` (made only if it has to wait) for its
@@ -160,7 +197,7 @@ class _Request:
 
     __slots__ = ("feeds", "rows", "key", "enqueued", "future", "wake", "lead", "done", "result", "error")
 
-    def __init__(self, feeds: dict[str, Any], future: Future | None, plan: PaddingPlan | None) -> None:
+    def __init__(self, feeds: Tensors, future: Future[Tensors] | None, plan: PaddingPlan | None) -> None:
         self.feeds = feeds
         self.key = merge_key(feeds, plan)
         self.rows = rows(feeds)
@@ -169,7 +206,7 @@ class _Request:
         self.wake: threading.Event | None = None
         self.lead = False            # this caller holds a free handle and runs the next batch
         self.done = False
-        self.result: dict[str, Any] | None = None
+        self.result: Tensors | None = None
         self.error: BaseException | None = None
 
 
@@ -180,7 +217,7 @@ class _Batcher:
     waiting caller. `predict_async` calls are led by a pool thread. Kept apart from BatchedRunner so
     a wrapper dropped without close() is still closed by its finalizer."""
 
-    def __init__(self, runner: Any, options: BatchingOptions) -> None:
+    def __init__(self, runner: InnerRunner, options: BatchingOptions) -> None:
         self.runner = runner
         self.options = options
         self.names = [s.name for s in runner.outputs]
@@ -191,9 +228,10 @@ class _Batcher:
         self.cond = threading.Condition()
         self.closed = False
         self.pool: ThreadPoolExecutor | None = None
-        self.histogram: Counter[int] = Counter()
+        self.histogram: Counter[int] = Counter()   # gathered batches by rows
+        self.calls = 0                              # runner calls: a gathered batch split by length runs several
 
-    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+    def run(self, feeds: Tensors) -> Tensors:
         """Run one request in the caller's thread, batched with whatever is in flight."""
         request = self._enqueue(_Request(feeds, None, self.plan))
         while True:
@@ -217,9 +255,9 @@ class _Batcher:
         assert request.result is not None
         return request.result
 
-    def submit(self, feeds: dict[str, Any]) -> Future:
+    def submit(self, feeds: Tensors) -> Future[Tensors]:
         """Queue one request; a pool thread leads when a handle is free."""
-        future: Future = Future()
+        future: Future[Tensors] = Future()
         self._enqueue(_Request(feeds, future, self.plan))
         return future
 
@@ -294,15 +332,23 @@ class _Batcher:
         return []
 
     def _execute(self, batch: list[_Request]) -> None:
-        results: list[dict[str, Any]] = []
+        results: list[Tensors] = []
         error: BaseException | None = None
+        calls = 0
+
+        def run(feeds: Tensors) -> Sequence[Tensor]:
+            nonlocal calls
+            calls += 1
+            return self.runner.run_normalized(feeds)
+
         try:
-            parts = run_padded(self.runner.run_normalized, [r.feeds for r in batch], self.names, self.plan)
+            parts = run_padded(run, [r.feeds for r in batch], self.names, self.plan)
             results = [dict(zip(self.names, outs)) for outs in parts]
         except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
             error = exc
         with self.cond:
             self.histogram[sum(r.rows for r in batch)] += 1
+            self.calls += calls
             for i, r in enumerate(batch):
                 if r.future is None:
                     r.result, r.error, r.done = (results[i] if results else None), error, True
@@ -331,9 +377,9 @@ class _Batcher:
 
 class BatchedRunner:
     """A loaded model whose concurrent calls are batched: `predict`, `predict_async`, `close`, like
-    a Runner. `stats()` counts the batches run by size."""
+    a Runner. `stats()` counts the gathered batches by size and the runner calls they ran as."""
 
-    def __init__(self, runner: Any, options: BatchingOptions) -> None:
+    def __init__(self, runner: InnerRunner, options: BatchingOptions) -> None:
         # The PyTorch runner records no output shapes (shape ()): split() checks those per batch.
         blocker = batch_blocker(runner.inputs, [o for o in runner.outputs if o.shape])
         if blocker:
@@ -353,32 +399,34 @@ class BatchedRunner:
         return getattr(self._runner, name)
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {**dict(getattr(self._runner, "settings", {}) or {}), "batching": self.options.to_json()}
 
-    def normalize(self, feeds: Any) -> dict[str, Any]:
+    def normalize(self, feeds: Any) -> Tensors:
         return self._runner.normalize(feeds)
 
     def describe_inputs(self) -> str:
         return self._runner.describe_inputs()
 
-    def predict(self, feeds: Any) -> dict[str, Any]:
+    def predict(self, feeds: Any) -> Tensors:
         """Run one call (batched with whatever else is in flight); returns {output name: array}."""
         return self._batcher.run(self._runner.normalize(feeds))
 
-    def predict_async(self, feeds: Any) -> Future:
+    def predict_async(self, feeds: Any) -> Future[Tensors]:
         """Queue one call; the Future's result is what predict() returns."""
         return self._batcher.submit(self._runner.normalize(feeds))
 
-    def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
+    def run_normalized(self, feeds: Tensors) -> list[Tensor]:
         """The hot path for benchmarks: inputs already checked by normalize()."""
         return list(self._batcher.run(feeds).values())
 
-    def stats(self) -> dict[str, Any]:
-        """{"batches": N, "rows": R, "histogram": {batch size: count}}: what ran so far."""
+    def stats(self) -> BatchStats:
+        """{"batches": gathered, "calls": runner calls, "rows": R, "histogram": {batch size: count}} so far."""
         with self._batcher.cond:
             hist = dict(sorted(self._batcher.histogram.items()))
-        return {"batches": sum(hist.values()), "rows": sum(k * v for k, v in hist.items()), "histogram": hist}
+            calls = self._batcher.calls
+        return {"batches": sum(hist.values()), "calls": calls, "rows": sum(k * v for k, v in hist.items()),
+                "histogram": hist}
 
     def close(self) -> None:
         """Refuse new calls, run the queued ones, then close the model. Safe to call twice."""

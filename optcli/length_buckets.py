@@ -15,21 +15,32 @@ valid position (the unpad stage's proof), and exactly equal for outputs without 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from optcli.errors import UsageError
 from optcli.length_groups import BucketOptions, group_lengths, row_extents
 
+if TYPE_CHECKING:
+    from optcli.batch_merge import Tensor, Tensors
+    from optcli.batching import InnerRunner
 
-def bucket_options(value: Any) -> BucketOptions:
+
+class BucketStats(TypedDict):
+    calls: int          # run_normalized calls (a padded batch each)
+    sub_batches: int    # the runner calls they were split into
+
+
+def bucket_options(value: object) -> BucketOptions:
     """`length_buckets=True`, an int (the bucket), or {"bucket": N, "max_groups": M}."""
     if value is True:
         return BucketOptions()
     if isinstance(value, int) and not isinstance(value, bool):
         value = {"bucket": value}
-    if not isinstance(value, dict) or set(value) - {"bucket", "max_groups"}:
+    if not isinstance(value, Mapping) or set(value) - {"bucket", "max_groups"}:
         raise UsageError(f"length_buckets={value!r} is not understood",
                          hint='use True, a bucket size such as 16, or {"bucket": 16, "max_groups": 4}')
     opts = BucketOptions(**value)
@@ -48,7 +59,7 @@ class LengthBucketedRunner:
     """A loaded model whose padded batches run as sub-batches of similar length: `predict`,
     `predict_async`, `close`, like a Runner. `stats()` counts the calls and sub-batches run."""
 
-    def __init__(self, runner: Any, options: BucketOptions) -> None:
+    def __init__(self, runner: InnerRunner, options: BucketOptions) -> None:
         from optcli.batch_merge import batch_blocker
 
         masks = [i for i in runner.inputs if "mask" in i.name.lower() and len(i.shape) == 2]
@@ -62,6 +73,7 @@ class LengthBucketedRunner:
         self._runner = runner
         self._lock = threading.Lock()
         self._calls = self._sub_batches = 0
+        self._pool: ThreadPoolExecutor | None = None
 
     def __getattr__(self, name: str) -> Any:
         # inputs, outputs, backend, concurrency, path...: the wrapped runner's.
@@ -70,30 +82,29 @@ class LengthBucketedRunner:
         return getattr(self._runner, name)
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {**dict(getattr(self._runner, "settings", {}) or {}), "length_buckets": self.options.to_json()}
 
-    def normalize(self, feeds: Any) -> dict[str, Any]:
+    def normalize(self, feeds: Any) -> Tensors:
         return self._runner.normalize(feeds)
 
     def describe_inputs(self) -> str:
         return self._runner.describe_inputs()
 
-    def predict(self, feeds: Any) -> dict[str, Any]:
+    def predict(self, feeds: Any) -> Tensors:
         """Run one (padded) batch as sub-batches of similar length; {output name: array}, rows in order."""
         names = [o.name for o in self._runner.outputs]
         return dict(zip(names, self.run_normalized(self._runner.normalize(feeds))))
 
-    def predict_async(self, feeds: Any) -> Any:
-        from concurrent.futures import ThreadPoolExecutor
-
+    def predict_async(self, feeds: Any) -> Future[Tensors]:
         with self._lock:
-            if getattr(self, "_pool", None) is None:
+            if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=max(1, getattr(self._runner, "concurrency", 1)),
                                                 thread_name_prefix="optcli-buckets")
-        return self._pool.submit(self.predict, feeds)
+            pool = self._pool
+        return pool.submit(self.predict, feeds)
 
-    def run_normalized(self, feeds: dict[str, Any]) -> list[Any]:
+    def run_normalized(self, feeds: Tensors) -> list[Tensor]:
         """The hot path for benchmarks: inputs already checked by normalize()."""
         from optcli.accuracy import sequence_mask
 
@@ -103,18 +114,18 @@ class LengthBucketedRunner:
             self._calls += 1
             self._sub_batches += len(groups) if groups else 1
         if not groups or len(groups) == 1:
-            return self._runner.run_normalized(feeds)
+            return list(self._runner.run_normalized(feeds))
         parts = [self._runner.run_normalized({k: v[rows] for k, v in feeds.items()}) for rows in groups]
         order = np.argsort(np.concatenate(groups), kind="stable")
         return [np.concatenate([np.asarray(p[j]) for p in parts])[order] for j in range(len(parts[0]))]
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> BucketStats:
         """{"calls": N, "sub_batches": M}: how many runs the calls were split into."""
         with self._lock:
             return {"calls": self._calls, "sub_batches": self._sub_batches}
 
     def close(self) -> None:
-        pool = getattr(self, "_pool", None)
+        pool = self._pool
         if pool is not None:
             pool.shutdown(wait=True)
         self._runner.close()
@@ -126,5 +137,5 @@ class LengthBucketedRunner:
         self.close()
 
 
-def _is_host(value: Any) -> bool:
+def _is_host(value: object) -> bool:
     return isinstance(value, np.ndarray)

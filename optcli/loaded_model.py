@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,21 @@ class ResolvedArtifact:
     path: Path
     format: str
     precision: str = "fp32"
-    runner_options: dict[str, Any] = field(default_factory=dict)
+    runner_options: dict[str, object] = field(default_factory=dict)   # JSON values, checked per backend
     report: Path | None = None          # the report.json it came from, if any
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def size_bytes(self) -> int:
+        """The file's size, or a folder's (an engine cache entry) files' together."""
+        if self.path.is_dir():
+            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+        return self.path.stat().st_size
+
+    def to_json(self) -> dict[str, str | int | None]:
         from optcli.artifact import sha256_file
 
-        size = sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() \
-            else self.path.stat().st_size
         return {"path": str(self.path), "format": self.format, "precision": self.precision,
-                "sha256": sha256_file(self.path), "size_bytes": size,
+                "sha256": sha256_file(self.path), "size_bytes": self.size_bytes,
                 "report": str(self.report) if self.report else None}
 
 
@@ -56,7 +62,7 @@ def _from_report(report_path: Path) -> ResolvedArtifact:
     return resolved
 
 
-def _stage_record(path: Path, sha256: str | None) -> dict[str, Any]:
+def _stage_record(path: Path, sha256: str | None) -> dict[str, object]:
     """The stage.json beside an artifact, if that record describes this very file (same name and
     sha256): its runner options then apply (those a record may carry); a record of another file is ignored."""
     from optcli.artifact import sha256_file
@@ -70,7 +76,7 @@ def _stage_record(path: Path, sha256: str | None) -> dict[str, Any]:
         return {}
     if not isinstance(record, dict) or record.get("artifact") != path.name:
         return {}
-    return record if record.get("sha256") == (sha256 or sha256_file(path)) else {}
+    return {str(k): v for k, v in record.items()} if record.get("sha256") == (sha256 or sha256_file(path)) else {}
 
 
 def _from_file(path: Path, sha256: str | None = None) -> ResolvedArtifact:
@@ -114,7 +120,7 @@ def resolve_artifact(path: str | Path) -> ResolvedArtifact:
     return _from_file(p)
 
 
-def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
+def _check_options(cls: type, options: Mapping[str, object], fmt: str) -> None:
     params = inspect.signature(cls).parameters  # the constructor's, without self
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
@@ -125,7 +131,7 @@ def _check_options(cls: type, options: dict[str, Any], fmt: str) -> None:
                          hint=f"its options: {', '.join(accepted)}")
 
 
-def _check_values(options: dict[str, Any]) -> None:
+def _check_values(options: Mapping[str, object]) -> None:
     """The options every runner takes, typed and bounded before a backend sees them: a wrong type is bad
     input (exit 2), not a TypeError deep in a runtime."""
     from optcli.runtime.thread_limit import check_threads

@@ -115,7 +115,7 @@ class BenchSettings:
         if self.batching is not None:
             from optcli.batching import batching_options
 
-            self.batching = batching_options(self.batching).to_json()  # fail before measuring
+            self.batching = dict(batching_options(self.batching).to_json())  # fail before measuring
         if self.valid_lengths is not None:
             from optcli.benchmark.valid_lengths import parse_valid_lengths
 

@@ -9,6 +9,8 @@ import click
 
 from optcli.cli.bench_cmd import int_list
 
+# optcli.batching.PADDING, spelled out here: importing it would import numpy at CLI start-up.
+PADDING_MODES = ("auto", "longest", "bucket", "off")
 # Triton data type -> numpy dtype name, for the printed client example.
 _NUMPY = {"BOOL": "bool_", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
           "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
@@ -74,6 +76,10 @@ def _ready_text(server: Any) -> str:
               help="Largest request: the bytes its input shapes claim, checked before anything is allocated.")
 @click.option("--max-restarts", type=click.IntRange(0), default=5, show_default=True,
               help="Restarts of a server that died, within 10 minutes, before optcli serve gives up (exit 1).")
+@click.option("--padding", type=click.Choice(PADDING_MODES), default="auto", show_default=True,
+              help="How an encoder's requests of different lengths share a call: auto (the cheapest calls of "
+                   "similar length), longest (one call padded to the longest), bucket (calls by length bucket of "
+                   "16), off (equal shapes only). See docs/serve.md.")
 @click.option("--verbose", is_flag=True, help="Show the server's own log on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ready line as one JSON object.")
 def serve_cmd(artifact: str, preferred_batch_sizes: str | None, inputs: tuple[str, ...], startup_timeout: float,

@@ -103,7 +103,7 @@ def _variant_result(build: VariantBuild) -> VariantResult:
                              "nothing is quantized")
     resolved = resolve_artifact(res.artifact)
     res.precision = resolved.precision
-    res.size_bytes = resolved.to_json()["size_bytes"]
+    res.size_bytes = resolved.size_bytes
     if res.precision != v.precision:
         res.notes.append(f"asked for {v.precision} but the pipeline built a {res.precision} artifact "
                          f"(no {v.precision} stage ran)")

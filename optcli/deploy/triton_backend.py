@@ -77,6 +77,8 @@ class TritonOptions:
     inputs: list[TensorSpec] = field(default_factory=list)  # concrete shapes for warm-up and perf_analyzer
     # Python backend: a request whose inputs take more bytes is refused before the model runs on it.
     max_request_bytes: int = 64 * 2**20
+    # Python backend: how an encoder's requests of different lengths share a call (optcli/batching.py's padding).
+    padding: str = "auto"
 
 
 

@@ -38,6 +38,8 @@ class TritonPythonModel(OptcliTritonModel):
     RUNNER_OPTIONS = json.loads({options!r})
     # A request whose inputs take more bytes than this is refused before the model runs on it.
     MAX_REQUEST_BYTES = {max_request_bytes}
+    # How an encoder's requests of different lengths share a call (optcli/batching.py's padding).
+    PADDING = {padding!r}
 '''
 
 
@@ -51,10 +53,18 @@ class PythonTriton(TritonBackend):
     types = frozenset(TRITON_TYPES.values()) - {"TYPE_BF16", "TYPE_STRING"}
     release_note = "whose image has the Python backend and, installed in it, optcli and the model's runtime:"
 
-    def __init__(self, model: ServedModel, threads: int | None, command: str, max_request_bytes: int) -> None:
+    def __init__(self, model: ServedModel, threads: int | None, command: str, max_request_bytes: int,
+                 padding: str = "auto") -> None:
+        from optcli.batching import PADDING
+
+        if padding not in PADDING:
+            raise UsageError(f"padding {padding!r}: must be one of {', '.join(PADDING)}",
+                             hint="auto: the cheapest calls of similar length; longest: one call padded to the "
+                                  "longest; bucket: calls by length bucket; off: equal shapes only")
         self.inner = triton_piece(model.format)
         self.kinds = self.inner.kinds  # type: ignore[misc]  # the wrapped piece decides
         self.threads, self.command, self.max_request_bytes = threads, command, max_request_bytes
+        self.padding = padding
 
     def check(self, opts: TritonOptions, kind: str) -> None:
         for flag, value in (("--graph-level", opts.graph_level), ("--ort-tensorrt", opts.ort_tensorrt or None)):
@@ -72,7 +82,7 @@ class PythonTriton(TritonBackend):
 
     def copy(self, model: ServedModel, dest: Path) -> Path:
         write_python_model(model, dest, threads=self.threads, command=self.command,
-                           max_request_bytes=self.max_request_bytes)
+                           max_request_bytes=self.max_request_bytes, padding=self.padding)
         return dest / "model.py"
 
     def readme_files(self, model: ServedModel, version: int) -> str:
@@ -87,14 +97,15 @@ class PythonTriton(TritonBackend):
 
 def python_backend_model(source: str | Path, *, threads: int | None = None,
                          command: str = "optcli export-triton --backend python",
-                         max_request_bytes: int = TritonOptions.max_request_bytes) -> ServedModel:
+                         max_request_bytes: int = TritonOptions.max_request_bytes,
+                         padding: str = TritonOptions.padding) -> ServedModel:
     """The ServedModel of any artifact optcli can serve through Triton (a report.json or its folder, .onnx,
     an OpenVINO .xml, an .engine with its metadata), for Triton's Python backend."""
     from optcli.loaded_model import resolve_artifact
 
     resolved = resolve_artifact(source)  # a report's final artifact is checked (sha256) once, here
     model = resolve_source(resolved.path)  # the file itself: its tensors; refuses formats Triton cannot serve
-    model.piece = PythonTriton(model, threads, command, max_request_bytes)
+    model.piece = PythonTriton(model, threads, command, max_request_bytes, padding)
     model.platform = BACKEND_PYTHON
     model.facts = {**model.facts, "runner_options": dict(resolved.runner_options)}
     model.source = f"{source} ({resolved.format}, {resolved.precision}, run by optcli's runner)"
@@ -103,7 +114,8 @@ def python_backend_model(source: str | Path, *, threads: int | None = None,
 
 def write_python_model(model: ServedModel, dest: Path, *, threads: int | None = None,
                        command: str = "optcli export-triton --backend python",
-                       max_request_bytes: int = TritonOptions.max_request_bytes) -> Path:
+                       max_request_bytes: int = TritonOptions.max_request_bytes,
+                       padding: str = TritonOptions.padding) -> Path:
     """Copy the artifact (with its companions, external weights and engine metadata) into `dest` and write
     model.py; returns model.py."""
     from optcli.backends.registry import companion_files
@@ -124,7 +136,8 @@ def write_python_model(model: ServedModel, dest: Path, *, threads: int | None = 
     if threads:
         options["threads"] = threads
     text = MODEL_PY.format(version=__version__, command=command, filename=model.filename,
-                           options=json.dumps(options, sort_keys=True), max_request_bytes=int(max_request_bytes))
+                           options=json.dumps(options, sort_keys=True), max_request_bytes=int(max_request_bytes),
+                           padding=str(padding))
     path = dest / "model.py"
     path.write_text(text, encoding="utf-8")
     return path

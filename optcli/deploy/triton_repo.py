@@ -176,8 +176,11 @@ def export_triton(source: str | Path, repo: str | Path, options: TritonOptions |
     `replace`, which removes them once the new version is in place."""
     options = options or TritonOptions()
     python = _python_target(options)
+    if not python and options.padding != "auto":
+        raise UsageError(f"padding {options.padding!r} applies to the Python backend (optcli's runner merges "
+                         "requests of different lengths there)", hint="add --backend python, or leave padding out")
     model = (python_backend_model(source, threads=options.intra_op_threads, command=command,
-                                  max_request_bytes=options.max_request_bytes) if python
+                                  max_request_bytes=options.max_request_bytes, padding=options.padding) if python
              else resolve_source(source))
     repo = Path(repo)
     model_name = sanitize_model_name(name if name else model.default_name)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from optcli.errors import UsageError
+from optcli.input_limits import MaxDims, check_bounds
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 
 Feeds = Mapping[str, Any] | Sequence[Any]
@@ -57,6 +58,8 @@ class Runner(ABC):
         self.inputs = inputs
         self.outputs = outputs
         self.concurrency = concurrency
+        # Bounds on dynamic dims (an unpadded artifact's sequence): backends that read them set this.
+        self.max_dims: MaxDims = {}
         self._handles: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -113,6 +116,8 @@ class Runner(ABC):
         for spec in self.inputs:
             value = self._to_backend(given[spec.name], spec)
             shape = tuple(value.shape)
+            if len(shape) == len(spec.shape):
+                check_bounds(spec, shape, self.max_dims.get(spec.name, {}))  # over the most it takes
             if len(shape) != len(spec.shape) or any(
                     isinstance(d, int) and d > 0 and d != s for d, s in zip(spec.shape, shape)):
                 raise UsageError(f"input {spec.name!r} has shape {format_shape(shape)}, the model takes "

@@ -7,7 +7,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.errors import UsageError
 
@@ -56,7 +56,33 @@ def http_json(url: str, timeout: float = 5.0) -> Any:
         return json.loads(response.read().decode("utf-8"))
 
 
-def batch_sizes(stats: dict[str, Any]) -> dict[int, int]:
+class InferCount(TypedDict, total=False):
+    count: int
+    ns: int
+
+
+class BatchStat(TypedDict, total=False):
+    batch_size: int
+    compute_input: InferCount
+    compute_infer: InferCount
+    compute_output: InferCount
+
+
+class ModelStat(TypedDict, total=False):
+    name: str
+    version: str
+    inference_count: int
+    execution_count: int
+    batch_stats: list[BatchStat]
+
+
+class ModelStatistics(TypedDict, total=False):
+    """Triton's /v2/models/<name>/stats answer, the parts optcli reads."""
+
+    model_stats: list[ModelStat]
+
+
+def batch_sizes(stats: ModelStatistics) -> dict[int, int]:
     """{batch size: executions} from Triton's /v2/models/<name>/stats answer (its batch_stats)."""
     out: dict[int, int] = {}
     for model in stats.get("model_stats", []):

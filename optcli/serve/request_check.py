@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 # Bytes per element of Triton's data types (BYTES/strings have no fixed size: optcli serves none).
 _ITEM_BYTES = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2, "UINT32": 4,
@@ -19,6 +19,22 @@ _ITEM_BYTES = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16"
 # A default generous for any single request optcli's sample models take (a batch of 32 224x224 RGB
 # images is 19 MiB) and far below what would hurt a server: `--max-request-mib` changes it.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 2**20
+
+
+class TensorConfig(TypedDict, total=False):
+    """One input of Triton's JSON model configuration (dims are strings there: int64 in protobuf JSON)."""
+
+    name: str
+    data_type: str             # TYPE_FP32, ...
+    dims: list[str | int]
+
+
+class TritonModelConfig(TypedDict, total=False):
+    """Triton's /v2/models/<name>/config answer, the parts the check reads."""
+
+    name: str
+    max_batch_size: int
+    input: list[TensorConfig]
 
 
 @dataclass(frozen=True)
@@ -38,7 +54,7 @@ class ModelShapes:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     @classmethod
-    def from_triton_config(cls, config: dict[str, Any], max_request_bytes: int) -> ModelShapes:
+    def from_triton_config(cls, config: TritonModelConfig, max_request_bytes: int) -> ModelShapes:
         """From Triton's JSON model configuration (dims arrive as strings: int64 in protobuf JSON)."""
         inputs = {}
         for entry in config.get("input", []):

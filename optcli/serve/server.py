@@ -22,7 +22,7 @@ from typing import Any
 
 from optcli.errors import OptcliError, ServeError, UsageError
 from optcli.serve.bundled_triton import find_bundled_triton
-from optcli.serve.health import batch_sizes, check_port_free, free_port, http_json, http_status
+from optcli.serve.health import ModelStatistics, batch_sizes, check_port_free, free_port, http_json, http_status
 from optcli.serve.http_guard import HttpGuard
 from optcli.serve.leftovers import Workdir, claim_workdir, remove_shm, sweep
 from optcli.serve.request_check import DEFAULT_MAX_REQUEST_BYTES, ModelShapes
@@ -53,6 +53,7 @@ class ServeOptions:
     verbose: bool = False                 # the server's log on stderr instead of a file
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES   # one request's inputs, checked before Triton sizes them
     max_restarts: int = 5                 # watch(): restarts allowed within supervise.RESTART_WINDOW_S
+    padding: str = "auto"                 # an encoder's requests of different lengths: optcli/batching.py's padding
 
 
 class TritonServer:
@@ -91,6 +92,11 @@ class TritonServer:
         self.http_port, self.grpc_port, self.metrics_port = ports.values()
         if opts.max_request_bytes < 1:
             raise UsageError(f"max_request_bytes {opts.max_request_bytes}: must be positive")
+        from optcli.batching import PADDING
+
+        if opts.padding not in PADDING:
+            raise UsageError(f"padding {opts.padding!r}: must be one of {', '.join(PADDING)}",
+                             hint="e.g. optcli serve MODEL --padding bucket")
         self.cleaned = sweep()
         self._owned = claim_workdir()
         self.workdir = self._owned.path
@@ -139,7 +145,7 @@ class TritonServer:
         triton_options = TritonOptions(
             backend="python", max_batch_size=opts.max_batch_size, max_queue_delay_us=opts.max_queue_delay_us,
             preferred_batch_sizes=list(opts.preferred_batch_sizes), instances=opts.instances, kind=opts.kind,
-            intra_op_threads=threads, inputs=[parse_input_spec(s) for s in opts.inputs])
+            intra_op_threads=threads, inputs=[parse_input_spec(s) for s in opts.inputs], padding=opts.padding)
         assert self.workdir is not None
         triton_options.max_request_bytes = opts.max_request_bytes
         return export_triton(self.artifact, self.workdir / "models", triton_options, name=opts.name, version=1,
@@ -261,9 +267,10 @@ class TritonServer:
         return {"http": f"{self.base_url}/v2/models/{self.name}", "grpc": f"{host}:{self.grpc_port}",
                 "metrics": f"http://{host}:{self.metrics_port}/metrics", "health": f"{self.base_url}/v2/health/ready"}
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ModelStatistics:
         """Triton's statistics for the model (/v2/models/<name>/stats)."""
-        return dict(http_json(f"{self.base_url}/v2/models/{self.name}/stats"))
+        stats: ModelStatistics = http_json(f"{self.base_url}/v2/models/{self.name}/stats")
+        return stats
 
     def batch_sizes(self) -> dict[int, int]:
         """{batch size: executions} so far, from Triton's statistics."""

@@ -17,8 +17,12 @@ This module runs inside the Triton stub process: `triton_python_backend_utils` e
 from __future__ import annotations
 
 import sys
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from optcli.batch_merge import Tensors
 
 # The stub's DLPack import (pybind11) leaves this error unraised on every output tensor it takes from
 # numpy 2; the tensor is taken correctly. Dropped so the server log is not one traceback per request.
@@ -47,12 +51,19 @@ def _item_bytes(dtype: str) -> int:
         return 8
 
 
+def _bad_request(pb_utils: Any, text: str) -> Any:
+    """A TritonError with INVALID_ARG (HTTP 400); Python backends older than error codes: INTERNAL (500)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(text) if code is None else pb_utils.TritonError(text, code)
+
+
 class OptcliTritonModel:
     """TritonPythonModel for an optcli artifact; model.py sets ARTIFACT and RUNNER_OPTIONS."""
 
     ARTIFACT: ClassVar[Path]
-    RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}
+    RUNNER_OPTIONS: ClassVar[dict[str, Any]] = {}   # JSON from model.py, passed to load(), which checks them
     MAX_REQUEST_BYTES: ClassVar[int] = 64 * 2**20
+    PADDING: ClassVar[str] = "auto"   # optcli serve --padding: how requests of different lengths share a call
 
     def initialize(self, args: dict[str, str]) -> None:
         from optcli.api import load
@@ -65,9 +76,9 @@ class OptcliTritonModel:
         self.input_names = [s.name for s in self.runner.inputs]
         self.output_names = [s.name for s in self.runner.outputs]
         self.item_bytes = [_item_bytes(s.dtype) for s in self.runner.inputs]
-        from optcli.batch_merge import padding_plan
+        from optcli.batching import BatchingOptions
 
-        self.plan = padding_plan(self.runner.inputs, self.runner.outputs)
+        self.plan = BatchingOptions(padding=self.PADDING).plan(self.runner)
 
     def too_large(self, shapes: list[list[int]]) -> str | None:
         """Why a request's inputs (their shapes) are refused before anything is allocated for them: over
@@ -92,7 +103,7 @@ class OptcliTritonModel:
         from optcli.errors import OptcliError
 
         responses: list[Any] = [None] * len(requests)
-        groups: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+        groups: dict[Hashable, list[tuple[int, Tensors]]] = {}
         for i, request in enumerate(requests):
             try:
                 tensors = [pb_utils.get_input_tensor_by_name(request, n) for n in self.input_names]
@@ -104,8 +115,10 @@ class OptcliTritonModel:
                     raise ValueError(problem)
                 raw = {n: np.from_dlpack(t) if dlpack else t.as_numpy() for n, t in zip(self.input_names, tensors)}
                 feeds = self.runner.normalize(raw)
-            except (OptcliError, TypeError, ValueError) as exc:
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+            except (OptcliError, TypeError, ValueError) as exc:  # the request's fault: 400, the server stays up
+                hint = getattr(exc, "hint", None)
+                text = f"{exc}; hint: {hint}" if hint else str(exc)
+                responses[i] = pb_utils.InferenceResponse(error=_bad_request(pb_utils, text))
                 continue
             key = merge_key(feeds, self.plan)
             groups.setdefault(key if key is not None else ("alone", i), []).append((i, feeds))

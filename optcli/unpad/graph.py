@@ -278,6 +278,7 @@ SEQUENCE_SYMBOL = "sequence"  # optcli.sequence_axis's group name: its recorded 
 def _any_length_up_to_s(model: Any, plan: Plan, length: int) -> None:
     """Declare dim 1 of the sequence inputs, and the sequence axes of the outputs, symbolic, and record S
     as the model's example length (what the pipeline measures and calibrates at)."""
+    from optcli.input_limits import record_max_dims
     from optcli.sequence_axis import record_lengths
 
     for vi in model.graph.input:
@@ -289,6 +290,8 @@ def _any_length_up_to_s(model: Any, plan: Plan, length: int) -> None:
             if a < len(dims):
                 dims[a].dim_param = SEQUENCE_SYMBOL
     record_lengths(model, {SEQUENCE_SYMBOL: length})
+    # The runner refuses a longer input (input_limits.py): the position constants stay S long.
+    record_max_dims(model, {name: {1: length} for name in sorted(plan.sequence_inputs)})
 
 
 def _forget_lengths(model: Any) -> None:

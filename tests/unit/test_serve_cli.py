@@ -138,3 +138,64 @@ def test_optcli_serve_stays_callable_after_its_package_is_imported() -> None:
 
     with pytest.raises(UsageError, match="unknown serve option 'bogus'"):
         optcli.serve("model.onnx", bogus=1)
+
+
+def _encoder_onnx(path: Path) -> Path:
+    """input_ids, attention_mask [batch, sequence] -> h = ids x mask: an encoder's signature (a dynamic
+    sequence axis and a mask), so its requests of different lengths can share a call."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    seq = ["batch", "sequence"]
+    graph = helper.make_graph([helper.make_node("Mul", ["input_ids", "attention_mask"], ["h"])], "encoder",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
+                               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq)],
+                              [helper.make_tensor_value_info("h", TensorProto.INT64, seq)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@needs_wheel
+@pytest.mark.parametrize("padding", ["bucket", "longest", "off"])
+def test_serve_padding_flag_reaches_the_served_runner(tmp_path, monkeypatch, padding):
+    """`optcli serve --padding MODE`: the repository the server would load (the real one, written by
+    start()) opens the runner with that padding plan; only launching tritonserver is left out."""
+    from optcli.serve.server import TritonServer
+
+    source = _encoder_onnx(tmp_path / "encoder.onnx")
+    plans: list[object] = []
+
+    def launch(self: TritonServer, *args: object) -> None:
+        model = _load_model_py(self.workdir / "models" / "encoder" / "1" / "model.py")()
+        model.initialize({"model_instance_kind": "CPU", "model_instance_device_id": "0"})
+        plans.append(model.plan)
+        model.finalize()
+
+    monkeypatch.setattr(TritonServer, "_launch", launch)
+    monkeypatch.setattr(TritonServer, "_wait_ready", lambda self: None)
+    monkeypatch.setattr(TritonServer, "watch", lambda self, on_event=None: None)
+    code, out, err = run_main("serve", str(source), "--padding", padding, "--json", "--http-port", "0",
+                              "--grpc-port", "0", "--metrics-port", "0")
+    assert code == 0, err
+    assert json.loads(out)["ready"] is True
+    if padding == "off":
+        assert plans == [None]  # equal shapes only
+    else:
+        assert [p.grouping for p in plans] == [padding]  # type: ignore[attr-defined]
+        assert plans[0].inputs == {"input_ids", "attention_mask"}  # type: ignore[attr-defined]
+
+
+def test_serve_padding_modes_are_the_batchers(tmp_path) -> None:
+    from optcli.batching import PADDING
+    from optcli.cli.serve_cmd import PADDING_MODES
+
+    assert PADDING_MODES == PADDING
+    code, _, err = run_main("serve", "model.onnx", "--padding", "right")
+    assert code == 2 and "--padding" in err
+    source = conv_onnx(tmp_path / "conv.onnx")
+    with pytest.raises(UsageError, match="applies to the Python backend"):
+        optcli.export_triton(source, tmp_path / "models", padding="bucket")  # Triton's own backends pad nothing
+    with pytest.raises(UsageError, match="must be one of"):
+        optcli.export_triton(source, tmp_path / "models", backend="python", padding="right")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.errors import DeviceUnavailableError, UsageError
+from optcli.input_limits import max_dims
 from optcli.optional_imports import require
 from optcli.runtime.base import BackendFeeds, Runner
 from optcli.tensor_spec import TensorSpec
@@ -50,6 +51,7 @@ class OnnxRuntimeRunner(Runner):
         first = self._new_session()
         super().__init__([_spec(i) for i in first.get_inputs()], [_spec(o) for o in first.get_outputs()],
                          concurrency)
+        self.max_dims = max_dims(first.get_modelmeta().custom_metadata_map, self.inputs)
         self._handles.put(first)
         for _ in range(concurrency - 1):
             self._handles.put(self._make_handle())

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from optcli.errors import UsageError
+from optcli.input_limits import MAX_DIMS_KEY, max_dims
 from optcli.optional_imports import require
 from optcli.runtime.base import BackendFeeds, Feeds, Runner
 from optcli.tensor_spec import TensorSpec
@@ -88,6 +89,12 @@ def _element_dtype(element_type: Any) -> str:
         return element_type.get_type_name()
 
 
+def framework_metadata(model: Any, *keys: str) -> dict[str, str]:
+    """The source graph's metadata the IR converter kept (rt_info "framework"), for `keys`."""
+    return {k: str(model.get_rt_info(["framework", k]).astype(str)) for k in keys
+            if model.has_rt_info(["framework", k])}
+
+
 def port_spec(port: Any, index: int) -> TensorSpec:
     """A model port as a TensorSpec: dynamic dims named (dim 0 `batch`), element type as numpy's name."""
     name = port.get_any_name()
@@ -150,6 +157,7 @@ class OpenVINORunner(Runner):
         self.precision = actual.get_type_name() if hasattr(actual, "get_type_name") else str(actual)
         super().__init__([port_spec(p, i) for i, p in enumerate(self.compiled.inputs)],
                          [port_spec(p, i) for i, p in enumerate(self.compiled.outputs)], concurrency)
+        self.max_dims = max_dims(framework_metadata(model, MAX_DIMS_KEY), self.inputs)
         self._start()
 
     @property
