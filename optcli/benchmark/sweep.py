@@ -11,7 +11,7 @@ import functools
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from optcli.backends.registry import for_format
 from optcli.benchmark.feeds import FeedSource, batch_free_pins, check_batch
@@ -20,6 +20,9 @@ from optcli.errors import UsageError
 from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_concurrent
 from optcli.loaded_model import ResolvedArtifact, open_artifact
 from optcli.runtime.base import BackendFeeds
+
+if TYPE_CHECKING:
+    from optcli.batching import BatchingJson
 
 SCHEMA_VERSION = 1
 NOISY_CV = 0.10          # std/mean above this: the figures moved a lot between calls
@@ -41,7 +44,7 @@ class BatchesRun(TypedDict):
     """With --batching: the batches the point ran (its `batches`)."""
     mean: float                  # rows per batch
     histogram: dict[str, int]    # batch size -> batches of that size
-    options: dict[str, object]   # BatchingOptions.to_json()
+    options: BatchingJson        # BatchingOptions.to_json()
     sessions: int
 
 
@@ -165,7 +168,7 @@ class SweepPoint:
 class BenchResult:
     """Everything `optcli bench` measured; `to_json()` is what --json prints and --save-baseline saves."""
 
-    artifact: dict[str, object]
+    artifact: dict[str, str | int | None]   # ResolvedArtifact.to_json()
     runtime: str
     settings: dict[str, object]
     inputs: dict[str, object]

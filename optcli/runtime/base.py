@@ -13,7 +13,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -22,8 +22,11 @@ from optcli.input_limits import MaxDims, check_bounds
 from optcli.tensor_spec import DTYPES, TensorSpec, format_shape
 
 Feeds = Mapping[str, Any] | Sequence[Any]
+if TYPE_CHECKING:
+    import torch
+
 # Inputs after normalize(): {name: the backend's own value} (a numpy array, a torch tensor), passed through to it.
-BackendFeeds = dict[str, object]
+BackendFeeds: TypeAlias = "dict[str, np.ndarray | torch.Tensor]"
 
 
 def _to_numpy(value: Any, spec: TensorSpec) -> np.ndarray:
@@ -157,9 +160,9 @@ class Runner(ABC):
                 self._finalizer = weakref.finalize(self, Runner._shutdown, self._executor, False)
             return self._executor.submit(self._predict, feeds)
 
-    def run_normalized(self, feeds: Mapping[str, object]) -> list[Any]:
+    def run_normalized(self, feeds: Mapping[str, np.ndarray | torch.Tensor]) -> list[Any]:
         """The hot path for benchmarks: inputs already checked by normalize() (or built to the specs)."""
-        given = feeds if isinstance(feeds, dict) else dict(feeds)
+        given: BackendFeeds = feeds if isinstance(feeds, dict) else dict(feeds)
         handle = self._handles.get()
         try:
             return self._run(handle, given)
