@@ -32,9 +32,12 @@ from optcli.tensor_spec import TensorSpec, parse_input_spec
 def _targets() -> tuple[str, ...]:
     from optcli.backends.registry import targets
 
-    return ("auto", "cpu", *sorted(targets()))
+    return (AUTO, CPU, *sorted(targets()))
 
 
+# The targets that are optcli's own: `auto` (resolved before any stage: a backend's target where its check passes,
+# else cpu) and `cpu` (the build stage's CPU search among every CPU backend). Compare with these, never a string.
+AUTO, CPU = "auto", "cpu"
 # auto, cpu, then each backend's own (tensorrt, tensorrt-rtx): the registry names them.
 TARGETS = _targets()
 

@@ -28,16 +28,17 @@ from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.identity import data_identity
+from optcli.config import AUTO
 from optcli.cpu.candidates import Candidate, backend_facts, choose, plan
 from optcli.cpu.int8_vs_fp32 import Versus
 from optcli.cpu.options import CpuConfig, check_request, cpu_config
 from optcli.environment import cpu_name, package_version
 from optcli.errors import StageError, UsageError
 from optcli.onnx_model import graph_view, io_specs, looks_like_encoder, op_histogram
+from optcli.plan.build_choice import builds_on_cpu
 from optcli.plan.build_work import BuildWork
 from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import StageResult, config_dict
-from optcli.targets import tensorrt_family
 from optcli.tensor_spec import random_inputs
 from optcli.unpad.apply import UNPADDED_SOURCE
 
@@ -54,8 +55,8 @@ class CpuBuild(BuildWork):
     @classmethod
     def validate(cls, config: Any) -> None:
         # Impossible requests fail before anything runs; with target auto that waits for the probe.
-        if config.target == "cpu" or (tensorrt_family(config.target) and config.extra.get("cpu")):
-            check_request(config, config.target)
+        if config.target != AUTO and (builds_on_cpu(config.target) or config.extra.get("cpu")):
+            check_request(config, config.target)  # with a backend's target, [cpu] is refused there
         else:
             cpu_config(config)
 

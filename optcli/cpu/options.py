@@ -86,9 +86,9 @@ def check_request(config: Any, target: str) -> CpuConfig:
     precision only an absent backend computes in (BF16 without OpenVINO)."""
     cfg = cpu_config(config)
     precision = config.quantize.precision
-    from optcli.targets import tensorrt_family
+    from optcli.plan.build_choice import builds_on_cpu
 
-    if tensorrt_family(target):
+    if not builds_on_cpu(target):
         if cfg.backend != "auto":
             raise UsageError(f"--backend {cfg.backend} picks a CPU backend, but the target is {target}",
                              hint="use --target cpu with --backend, or drop --backend")

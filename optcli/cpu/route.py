@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from optcli.artifact import Artifact
+from optcli.plan.build_choice import builds_on_cpu
 from optcli.plan.route import FLOAT_ROUTE, ONNXRUNTIME_ROUTE, Route
 
 # The route's data and the stages it may leave out are the plan's (optcli/plan/route.py); deciding it is here.
@@ -48,7 +49,7 @@ def decide_route(config: Any, target: str, torch_source: bool, artifact: Artifac
     from optcli.cpu.options import cpu_config
 
     cfg = cpu_config(config)
-    if target != "cpu" or cfg.search != "fast":
+    if not builds_on_cpu(target) or cfg.search != "fast":
         return Route()
     if config.quantize.precision in FLOAT_PRECISIONS:
         return _float_route(config, torch_source, artifact, cfg) if artifact.format == ONNX else Route()

@@ -17,6 +17,11 @@ def work_for(target: str) -> str:
     return CPU_SEARCH
 
 
+def builds_on_cpu(target: str) -> bool:
+    """Whether a run for `target` (resolved) ends in the CPU search: no backend owns the target with its own build."""
+    return work_for(target) == CPU_SEARCH
+
+
 def all_works() -> tuple[str, ...]:
     """Every build work, the CPU search first: their config sections are checked before the target is known."""
     from optcli.backends.registry import all_backends

@@ -50,9 +50,10 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
                          hint="compile it first (optcli compile MODEL) and pass OUT/01-export/model.onnx "
                               "(module names are read from the run's export)")
+    from optcli.config import CPU
     from optcli.targets import tensorrt_family
 
-    if target != "cpu" and not tensorrt_family(target):
+    if target != CPU and not tensorrt_family(target):
         raise UsageError(f"unknown --target {target}", hint="cpu or tensorrt")
     t0 = time.perf_counter()
     cfg = QuantizeConfig(precision="int8", calib=Path(calib), eval=Path(eval_dir) if eval_dir else None,

@@ -32,6 +32,7 @@ from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
+from optcli.plan.build_choice import builds_on_cpu
 from optcli.plan.stage_names import StageName
 from optcli.report import DynamicSequence, ExportAttempt, ExportDetails
 from optcli.sequence_axis import SequenceAxis, example_lengths, other_length, record_lengths, sequence_axis, with_length
@@ -99,7 +100,7 @@ class ExportStage(Stage):
         if artifact.format == ONNX:
             return "input is already ONNX"
         backend = cpu_config(self.ctx.config).backend
-        if self.ctx.target == "cpu" and backend in cpu_backends_without_onnx():
+        if builds_on_cpu(self.ctx.target) and backend in cpu_backends_without_onnx():
             return f"--backend {backend} compiles the PyTorch model itself: no ONNX needed"
         return None
 
@@ -193,11 +194,11 @@ class ExportStage(Stage):
         hint = (f"try {', '.join(suggest[:-1]) + ' or ' if len(suggest) > 1 else ''}{suggest[-1]}; "
                 "--debug prints the exporter's traceback")
         without = cpu_backends_without_onnx()
-        if without and self.ctx.target == "cpu" and cpu_config(self.ctx.config).backend == "auto":
+        if without and builds_on_cpu(self.ctx.target) and cpu_config(self.ctx.config).backend == "auto":
             return self._without_onnx(artifact, workdir, message, attempts, without, last)
         if without:
             hint += (f"; or skip ONNX: --backend {without[0]}"
-                     f"{' --target cpu' if self.ctx.target != 'cpu' else ''} compiles the PyTorch model itself")
+                     f"{'' if builds_on_cpu(self.ctx.target) else ' --target cpu'} compiles the PyTorch model itself")
         raise StageError(message, hint=hint) from last
 
     def _without_onnx(self, artifact: Artifact, workdir: Path, message: str, attempts: list[dict[str, Any]],

@@ -155,6 +155,42 @@ def test_the_name_check_finds_comparisons_of_any_subject(tmp_path: Path, monkeyp
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
     assert sorted(int(line.split(":")[1]) for line in names_compared_outside_backends()) == [1, 2, 3, 5]
 
+def targets_compared_by_name() -> list[str]:
+    """`file:line: code` of every comparison outside optcli/backends/ of a target (a name or attribute called
+    `target`) with any target's name as a string, optcli's own (`auto`, `cpu`) included: ask
+    optcli.plan.build_choice (builds_on_cpu, work_for) or compare with config.AUTO / config.CPU."""
+    from optcli.config import TARGETS
+
+    found = []
+    for f in sorted(ROOT.rglob("*.py")):
+        if (ROOT / "backends") in f.parents:
+            continue
+        text = f.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                subject = any((isinstance(o, ast.Name) and o.id == "target")
+                              or (isinstance(o, ast.Attribute) and o.attr == "target") for o in operands)
+                if subject and {s for o in operands for s in _strings(o)} & set(TARGETS):
+                    found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return found
+
+
+def test_no_target_is_compared_by_name_outside_the_backends_folder() -> None:
+    assert targets_compared_by_name() == []
+
+
+def test_the_target_check_finds_its_own_targets_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "optcli"
+    (pkg / "backends").mkdir(parents=True)
+    (pkg / "backends" / "inside.py").write_text('ok = target == "cpu"\n')
+    (pkg / "plan.py").write_text('a = self.ctx.target == "cpu"\nb = config.target != "auto"\nc = device == "cpu"\n'
+                                 'd = target in ("cpu", "x")\ne = target == CPU\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    assert sorted(int(line.split(":")[1]) for line in targets_compared_by_name()) == [1, 2, 4]
+
+
 def test_lookups_by_name_format_and_suffix() -> None:
     assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
     assert sorted(registry.targets()) == ["tensorrt", "tensorrt-rtx"] and registry.for_target("cpu") is None
