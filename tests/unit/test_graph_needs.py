@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from compile_testkit import make_masked_encoder
+from compile_testkit import make_conv_calib, make_masked_encoder
 from optcli.artifact import Artifact
 from optcli.backends import registry
 from optcli.backends.registry import Backend, GraphNeeds, graph_needs, load_object
@@ -26,6 +26,7 @@ from optcli.sequence_axis import sequence_axis
 from optcli.stages.base import StageContext
 from optcli.stages.fuse import FuseStage
 from optcli.stages.quantize_fp16 import QuantizeFp16Stage
+from optcli.stages.quantize_int8 import QuantizeInt8Stage
 from optcli.stages.simplify import CONTRIB_FUSIONS, SimplifyStage
 from optcli.stages.unpad import UnpadStage
 from optcli.tensor_spec import TensorSpec
@@ -147,7 +148,7 @@ def test_unpad_default_off_skips_unpad_unless_asked(toy: Any, tmp_path: Path) ->
     assert UnpadStage(asked).skip_reason(Artifact(model, "onnx")) is None
 
 
-def test_a_graph_check_refuses_unpads_rewrite_and_quantizes_output(toy: Any, conv_onnx: Path,
+def test_a_graph_check_refuses_unpads_rewrite_and_the_quantized_graphs(toy: Any, conv_onnx: Path,
                                                                    tmp_path: Path) -> None:
     model = make_masked_encoder(tmp_path / "enc.onnx")
     toy(graph_check="TOY:refuse")
@@ -162,6 +163,12 @@ def test_a_graph_check_refuses_unpads_rewrite_and_quantizes_output(toy: Any, con
     work.mkdir()
     with pytest.raises(StageError, match="the FP16 ONNX has what ToyRT refuses"):
         QuantizeFp16Stage(ctx).run(Artifact(conv_onnx, "onnx"), work)
+    ctx = ctx_for(conv_onnx, tmp_path, "toy")
+    ctx.config.quantize.precision, ctx.config.quantize.calib = "int8", make_conv_calib(tmp_path / "calib")
+    work = tmp_path / "int8"
+    work.mkdir()
+    with pytest.raises(StageError, match="the INT8 ONNX has what ToyRT refuses"):
+        QuantizeInt8Stage(ctx).run(Artifact(conv_onnx, "onnx"), work)
 
 
 def test_int8_fp16_setting_puts_the_float_parts_of_int8_in_fp16(toy: Any) -> None:
