@@ -8,15 +8,15 @@ for the same reason. The pipeline's specs keep a concrete example length (calibr
 and the accuracy check run at it); only the graph's dim is symbolic.
 
 Static instead: a `--input` pin that fixes dim 1 of one of these inputs (the user asked for that
-length), and the TensorRT target (its profiles need a range for every dynamic dim; optcli builds
-them for the batch only).
+length), and a target whose descriptor says `dynamic_sequence=False` (TensorRT: its profiles need a
+range for every dynamic dim; optcli builds them for the batch only).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from optcli.targets import tensorrt_family
+from optcli.backends.registry import graph_needs
 from optcli.tensor_spec import TensorSpec
 
 # input name -> the sequence it follows (one symbol per group: a mask is as long as its ids)
@@ -51,8 +51,8 @@ class SequenceAxis:
 
 def sequence_axis(specs: list[TensorSpec], pinned: list[TensorSpec], module: Any,
                   target: str) -> SequenceAxis | None:
-    """The sequence axis to export, or None where it stays static (no text inputs, a pin, TensorRT)."""
-    if tensorrt_family(target):
+    """The sequence axis to export, or None where it stays static (no text inputs, a pin, the target)."""
+    if not graph_needs(target).dynamic_sequence:
         return None
     inputs = {s.name: GROUPS[s.name] for s in specs
               if s.name in GROUPS and len(s.shape) == 2 and isinstance(s.shape[1], int)

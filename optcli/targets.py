@@ -27,12 +27,3 @@ def resolve_target(requested: str) -> tuple[str, str]:
         return requested, f"asked for {requested}"
     ok, reason = tensorrt_available()
     return ("tensorrt", reason) if ok else ("cpu", reason)
-
-
-def tensorrt_family(target: str) -> bool:
-    """Whether `target` ends in a TensorRT engine (tensorrt, tensorrt-rtx): the ONNX stages then prepare the
-    graph for TensorRT's parser (plain ONNX ops, symmetric s8 Q/DQ, profiles for every dynamic dim)."""
-    from optcli.backends.registry import for_target
-
-    backend = for_target(target)
-    return backend is not None and backend.toolkit is not None

@@ -26,6 +26,11 @@ How to add a backend `foo` (nothing outside its folder changes but the one line 
    backend then appears in `--backend`, `[cpu] backend`, the runner lookup, load/bench/profile/compare,
    and export-triton (when it names a Triton piece).
 
+A backend that ends the pipeline for its own --target (`target="foo"`, a GPU builder) also says what the
+ONNX stages must prepare for its builder: `takes_contrib_ops`, `int8_flavours`, `unpad_default`,
+`dynamic_sequence`, `graph_check`, `int8_fp16_setting` (the stages ask `graph_needs(target)`, never a name),
+and whether its build needs the device (`build_needs_device`).
+
 Descriptors are plain data (a frozen dataclass); the code they name ("module:attribute" strings) is
 imported only when used, by `load_object`. Order matters where two backends claim one suffix: the
 first registered whose `format_of` (if any) recognises the file wins.
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +109,23 @@ class Backend:
     engine_build: str | None = None             # "module:Class" the build stage's work for its target
                                                 # (an optcli.plan.build_work.BuildWork)
     toolkit: str | None = None                  # "module:TOOLKIT" the NVIDIA builder it builds with
-                                                # (optcli.backends.tensorrt.toolkit): the ONNX stages then
-                                                # prepare the graph for TensorRT's parser
+                                                # (optcli.backends.tensorrt.toolkit)
+    build_needs_device: bool = False            # building its artifact needs its accelerator here (TensorRT:
+                                                # yes; TensorRT-RTX builds on any machine)
+    # What the ONNX stages and export must know of the builder that ends its --target: graph_needs(target)
+    # hands them these. The defaults are the cpu target's (build-cpu's backends, onnxruntime first).
+    takes_contrib_ops: bool = True              # its builder takes onnxruntime's com.microsoft ops (FusedConv,
+                                                # Attention); False: simplify and fuse keep plain ONNX ops
+    int8_flavours: tuple[str, ...] = ()         # the INT8 flavours (optcli.quantize.flavour) it builds, [0] the
+                                                # one `auto` gives; (): all, chosen per model as for the CPU
+    unpad_default: bool = True                  # the unpad stage runs for its target; False: only where asked
+                                                # ([unpad] tensorrt = true)
+    dynamic_sequence: bool = True               # its builds take a symbolic sequence axis (text inputs' dim 1);
+                                                # False: export keeps every dim but the batch static
+    graph_check: str | None = None              # "module:function" (path, what) raising a StageError on what its
+                                                # builder refuses: run on quantize's output and unpad's rewrite
+    int8_fp16_setting: str | None = None        # "module:function" (config) -> bool: the float parts of an INT8
+                                                # graph go FP16 ([tensorrt] int8_fp16, --no-fp16)
     runs_here: str | None = None                # "module:function" () -> str | None: why its artifacts cannot
                                                 # run on this machine (latency "not measured"), None: they can
     profiler: str | None = None                 # "module:function" per-layer profile (resolved, **settings)
@@ -133,6 +153,30 @@ class Backend:
 
     def offers_cpu(self) -> bool:
         return bool(self.cpu_recipes)
+
+
+@dataclass(frozen=True)
+class GraphNeeds:
+    """What the ONNX stages (simplify, fuse, unpad, quantize) and export must know of the builder at the end
+    of a --target: its descriptor's fields of the same names (Backend), or these defaults for the cpu target,
+    where build-cpu chooses among the CPU backends from whatever graph the stages wrote."""
+
+    label: str = "the CPU backends"             # how messages name the builder
+    takes_contrib_ops: bool = True
+    int8_flavours: tuple[str, ...] = ()
+    unpad_default: bool = True
+    dynamic_sequence: bool = True
+    graph_check: str | None = None
+    int8_fp16_setting: str | None = None
+
+    def check_graph(self, path: Path, what: str) -> None:
+        """Raise the builder's StageError where `path` has what it refuses; nothing where it has no check."""
+        if self.graph_check:
+            load_object(self.graph_check)(path, what)
+
+    def int8_fp16(self, config: Any) -> bool | None:
+        """Whether an INT8 graph's float parts go FP16 (the builder's setting); None where it has none."""
+        return bool(load_object(self.int8_fp16_setting)(config)) if self.int8_fp16_setting else None
 
 
 _index: dict[str, Backend] | None = None
@@ -231,6 +275,16 @@ def for_target(target: str) -> Backend | None:
     """The backend whose build ends the pipeline for --target `target` (tensorrt, tensorrt-rtx), or None
     (cpu, auto: build-cpu chooses among the CPU backends)."""
     return next((b for b in all_backends() if b.target == target), None)
+
+
+def graph_needs(target: str) -> GraphNeeds:
+    """What the graph stages must know of the builder that ends --target `target` (GraphNeeds); the cpu
+    target's defaults where no backend owns the target."""
+    backend = for_target(target)
+    if backend is None:
+        return GraphNeeds()
+    return GraphNeeds(label=backend.label, **{f.name: getattr(backend, f.name) for f in fields(GraphNeeds)
+                                              if f.name != "label"})
 
 
 def targets() -> tuple[str, ...]:

@@ -50,11 +50,11 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
         raise UsageError(f"debug-int8 takes an ONNX file, not {model}",
                          hint="compile it first (optcli compile MODEL) and pass OUT/01-export/model.onnx "
                               "(module names are read from the run's export)")
+    from optcli.backends.registry import for_target, targets
     from optcli.config import CPU
-    from optcli.targets import tensorrt_family
 
-    if target != CPU and not tensorrt_family(target):
-        raise UsageError(f"unknown --target {target}", hint="cpu or tensorrt")
+    if target != CPU and for_target(target) is None:
+        raise UsageError(f"unknown --target {target}", hint=f"cpu, {', '.join(targets())}")
     t0 = time.perf_counter()
     cfg = QuantizeConfig(precision="int8", calib=Path(calib), eval=Path(eval_dir) if eval_dir else None,
                          calib_samples=calib_samples, calib_method=calib_method, flavour=flavour)

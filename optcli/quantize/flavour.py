@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optcli.backends.registry import graph_needs
 from optcli.errors import UsageError
-from optcli.targets import tensorrt_family
 
 FLAVOURS = ("qdq-s8s8", "qdq-u8s8", "dynamic")
 # Ops whose inputs get Q/DQ pairs. Quantizing only the heavy ops was both faster and more accurate
@@ -51,18 +51,25 @@ TABLE = {
 
 
 def resolve_flavour(requested: str, target: str, is_encoder: bool) -> Flavour:
-    """`auto`: TensorRT gets s8/s8 Q/DQ; on a CPU, encoders get dynamic INT8 and the rest u8/s8 Q/DQ."""
-    if requested in ("qdq", "auto") and tensorrt_family(target):
-        return TABLE["qdq-s8s8"]
+    """`auto`: a target whose builder takes only some flavours (its descriptor's int8_flavours: TensorRT's
+    s8/s8 Q/DQ) gets the first of them, `qdq` its first static one; on a CPU, encoders get dynamic INT8 and
+    the rest u8/s8 Q/DQ."""
+    needs = graph_needs(target)
+    taken = needs.int8_flavours
+    static = [name for name in taken if TABLE[name].static]
+    if requested == "auto" and taken:
+        return TABLE[taken[0]]
+    if requested == "qdq" and static:
+        return TABLE[static[0]]
     if requested == "auto":
         return TABLE["dynamic" if is_encoder else "qdq-u8s8"]
-    if requested == "qdq":
+    if requested == "qdq" and not taken:
         return TABLE["qdq-u8s8"]
-    if requested not in TABLE:
+    if requested not in TABLE and requested != "qdq":
         raise UsageError(f"unknown INT8 flavour {requested!r}", hint=f"use auto, qdq, or one of {', '.join(FLAVOURS)}")
-    if tensorrt_family(target) and requested != "qdq-s8s8":
-        raise UsageError(f"INT8 flavour {requested} does not build into TensorRT",
-                         hint="TensorRT takes symmetric int8 Q/DQ only: use --int8-flavour qdq-s8s8 (or auto)")
+    if taken and requested not in taken:
+        raise UsageError(f"INT8 flavour {requested} does not build into {needs.label}",
+                         hint=f"{needs.label} takes {', '.join(taken)} only: use --int8-flavour {taken[0]} (or auto)")
     return TABLE[requested]
 
 

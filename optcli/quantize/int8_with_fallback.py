@@ -14,7 +14,7 @@ from typing import Any
 
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
-from optcli.backends.registry import ONNX
+from optcli.backends.registry import ONNX, graph_needs
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import cap_note, split_calibration
 from optcli.latency import stats_from_samples, time_calls
@@ -27,7 +27,6 @@ from optcli.quantize.flavour import reduce_range, resolve_flavour
 from optcli.quantize.int8 import candidate_nodes, int8_op_counts, name_nodes
 from optcli.quantize.module_names import check_exclude_ops, node_modules, resolve_excludes
 from optcli.quantize.units import compute_units
-from optcli.targets import tensorrt_family
 
 
 def _quick_latency(path: Path, samples: SampleSet, options: dict[str, Any] | None = None) -> float:
@@ -54,8 +53,6 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
     `defer_fallback` (the plan's int8_fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
-    from optcli.backends.tensorrt.graph_check import require_clean
-
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
     name_nodes(artifact.path, fp32)
@@ -141,8 +138,8 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
-    if tensorrt_family(ctx.target):  # caught here, on any machine, not by the parser on a GPU
-        require_clean(out, "the INT8 ONNX")
+    # caught here, on any machine, not by the target's parser on a GPU
+    graph_needs(ctx.target).check_graph(out, "the INT8 ONNX")
     return (Artifact(out, ONNX, precision="int8", stage=stage_name, parent=artifact.sha256,
                      meta={"flavour": f"int8-{flavour.name}" + ("+fp16" if qz.fp16_base else ""),
                            **({"runner_options": qz.runner_options} if qz.runner_options else {}),
@@ -152,10 +149,9 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
 
 
 def fp16_base(ctx: Any, flavour: Any) -> bool:
-    """--int8 on a TensorRT target: FP16 where no Q/DQ stands, unless --no-fp16 (issue 29, F6)."""
-    from optcli.backends.tensorrt.options import tensorrt_config
-
-    return flavour.static and tensorrt_family(ctx.target) and tensorrt_config(ctx.config).int8_fp16
+    """--int8 on a target whose builder says so (TensorRT): FP16 where no Q/DQ stands, unless --no-fp16
+    (issue 29, F6)."""
+    return bool(flavour.static and graph_needs(ctx.target).int8_fp16(ctx.config))
 
 
 def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 - CPU target: onnxruntime's transformer fusions where the graph is an encoder (LayerNorm, Gelu,
   SkipLayerNorm, Attention where its patterns match), then the EXTENDED level (FusedConv,
   FusedMatMul, ... in the com.microsoft domain). Both run on any ORT CPU.
-- TensorRT target: the BASIC level only, which folds and fuses but keeps plain ONNX ops, because
-  TensorRT's parser does not take com.microsoft ops.
+- A target whose builder takes no com.microsoft ops (TensorRT's parser: its descriptor's
+  takes_contrib_ops): the BASIC level only, which folds and fuses but keeps plain ONNX ops.
 The ALL level is never saved: it writes NCHWc layouts tied to the CPU it ran on.
 """
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
-from optcli.backends.registry import ONNX
+from optcli.backends.registry import ONNX, graph_needs
 from optcli.errors import StageError
 from optcli.onnx_model import graph_view, is_large, looks_like_encoder, op_histogram
 from optcli.optional_imports import require
 from optcli.plan.stage_names import StageName
 from optcli.report import FuseDetails, FusionCounts
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.targets import tensorrt_family
 
 
 def fusions_made(before: dict[str, int], after: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -53,13 +52,13 @@ class FuseStage(Stage):
     def level(self) -> str:
         # TensorRT's parser takes plain ONNX only; the quantizers only know plain ONNX ops (a FusedConv
         # would stay float), and onnxruntime fuses Q/DQ patterns itself when it loads the model.
-        if tensorrt_family(self.ctx.target) or self.ctx.config.quantize.precision != "fp32":
+        if not graph_needs(self.ctx.target).takes_contrib_ops or self.ctx.config.quantize.precision != "fp32":
             return "basic"
         return self.ctx.config.fuse.level
 
     def transformer_fusions(self, ops: dict[str, int]) -> bool:
         mode = self.ctx.config.fuse.transformer
-        if mode == "off" or tensorrt_family(self.ctx.target):
+        if mode == "off" or not graph_needs(self.ctx.target).takes_contrib_ops:
             return False
         q = self.ctx.config.quantize
         if q.precision == "int8" and q.flavour not in ("auto", "dynamic"):

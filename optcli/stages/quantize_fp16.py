@@ -9,8 +9,7 @@ from typing import Any
 from optcli.accuracy import check_tolerance
 from optcli.artifact import Artifact
 from optcli.backends.onnxruntime.session_probe import probe
-from optcli.backends.registry import ONNX
-from optcli.backends.tensorrt.graph_check import require_clean
+from optcli.backends.registry import ONNX, graph_needs
 from optcli.calibration.dataset import SampleSet
 from optcli.calibration.split import evaluation_set
 from optcli.errors import StageError
@@ -21,7 +20,6 @@ from optcli.quantize.evaluate import evaluate, run_model
 from optcli.quantize.tolerance import effective
 from optcli.report import QuantizeFp16Details
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.targets import tensorrt_family
 
 SENSITIVE_OPS = ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceMax", "Pow", "Sqrt", "Reciprocal", "Div",
                  "Softmax", "LogSoftmax", "Exp", "Log", "Erf", "LayerNormalization", "SkipLayerNormalization",
@@ -100,7 +98,7 @@ class QuantizeFp16Stage(Stage):
         acc["reference"] = "fp32-onnx"
         details = QuantizeFp16Details(attempts=attempts, tolerance=tol.to_json(), keep_io_types=True,
                                       evaluation={"samples": len(ev), "data": ev.source}, runner_options=RUNNER_OPTIONS)
-        if tensorrt_family(self.ctx.target):  # caught here, on any machine, not by the parser on a GPU
-            require_clean(out, "the FP16 ONNX")
+        # caught here, on any machine, not by the target's parser on a GPU
+        graph_needs(self.ctx.target).check_graph(out, "the FP16 ONNX")
         return StageResult(Artifact(out, "onnx", precision="fp16", stage=self.name, parent=artifact.sha256,
                                     meta={"flavour": "fp16", "runner_options": RUNNER_OPTIONS}), details, accuracy=acc)

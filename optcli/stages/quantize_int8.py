@@ -84,7 +84,6 @@ class QuantizeInt8Stage(Stage):
 
 
 def _int8_fp16(ctx: Any) -> bool | None:
-    from optcli.backends.tensorrt.options import tensorrt_config
-    from optcli.targets import tensorrt_family
+    from optcli.backends.registry import graph_needs
 
-    return tensorrt_config(ctx.config).int8_fp16 if tensorrt_family(ctx.target) else None
+    return graph_needs(ctx.target).int8_fp16(ctx.config)

@@ -8,14 +8,13 @@ from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.backends.onnxruntime.offline_optimizer import optimize_offline
-from optcli.backends.registry import ONNX
+from optcli.backends.registry import ONNX, graph_needs
 from optcli.errors import StageError
 from optcli.onnx_model import io_specs, is_large, load_onnx, save_onnx
 from optcli.optional_imports import require, torch_if_own_process
 from optcli.plan.stage_names import StageName
 from optcli.report import SimplifyDetails
 from optcli.stages.base import Stage, StageResult, config_dict, register
-from optcli.targets import tensorrt_family
 
 CONTRIB_FUSIONS = ("fuse_attention", "fuse_gqa")
 
@@ -40,9 +39,9 @@ class SimplifyStage(Stage):
         return {**config_dict(self.ctx.config.simplify), "skipped_optimizers": self.skipped_optimizers()}
 
     def skipped_optimizers(self) -> list[str] | None:
-        """onnxsim passes that write onnxruntime contrib ops (com.microsoft Attention, GroupQueryAttention)
-        TensorRT's parser cannot import: off for the TensorRT targets (swin and mobilevit in the zoo)."""
-        return list(CONTRIB_FUSIONS) if tensorrt_family(self.ctx.target) else None
+        """onnxsim passes that write onnxruntime contrib ops (com.microsoft Attention, GroupQueryAttention):
+        off where the target's builder takes none (TensorRT's parser: swin and mobilevit in the zoo)."""
+        return None if graph_needs(self.ctx.target).takes_contrib_ops else list(CONTRIB_FUSIONS)
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         if is_large(artifact.path):
@@ -66,8 +65,9 @@ class SimplifyStage(Stage):
         if not ok:
             raise StageError("onnxsim could not validate the simplified model", hint="skip it with --no-simplify")
         added = _custom_domains(simplified) - _custom_domains(model)
-        if added and tensorrt_family(self.ctx.target):
-            raise StageError(f"onnxsim wrote {', '.join(sorted(added))} ops, which TensorRT's parser cannot import",
+        needs = graph_needs(self.ctx.target)
+        if added and not needs.takes_contrib_ops:
+            raise StageError(f"onnxsim wrote {', '.join(sorted(added))} ops, which {needs.label} cannot import",
                              hint="skip this stage with --no-simplify, and report the onnxsim pass")
         inputs_after, _ = io_specs(simplified)
         lost = [a.name for a, b in zip(inputs_before, inputs_after) if a.shape != b.shape]

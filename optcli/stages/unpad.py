@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from optcli.artifact import Artifact
-from optcli.backends.registry import ONNX
+from optcli.backends.registry import ONNX, graph_needs
 from optcli.onnx_model import EXTERNAL_DATA_THRESHOLD
 from optcli.plan.stage_names import StageName
 from optcli.stages.base import Stage, StageResult, register
-from optcli.targets import tensorrt_family
 from optcli.unpad.options import unpad_config
 
 
@@ -54,10 +53,11 @@ class UnpadStage(Stage):
             return f"input is {artifact.format}, not ONNX"
         if artifact.size_bytes > EXTERNAL_DATA_THRESHOLD:
             return "model over 1.8 GB: the rewrite would need external initializers"
-        if tensorrt_family(self.ctx.target) and not unpad_config(self.ctx.config).tensorrt:
+        needs = graph_needs(self.ctx.target)
+        if not needs.unpad_default and not unpad_config(self.ctx.config).tensorrt:
             return (f"target is {self.ctx.target}: the rewrite reads a length from the mask's values, so the outputs' "
-                    "shapes become data-dependent, which optcli's TensorRT runner cannot allocate ([unpad] tensorrt = "
-                    "true tries it; docs/unpad.md)")
+                    f"shapes become data-dependent, which optcli's {needs.label} runner cannot allocate "
+                    "([unpad] tensorrt = true tries it; docs/unpad.md)")
         plan = self._plan(artifact)
         return plan if isinstance(plan, str) else None
 
@@ -86,8 +86,8 @@ class UnpadStage(Stage):
         held_out = self._held_out()
         reason = rewrite_and_prove(artifact.path, out, inputs=self.ctx.inputs, int_high=self.ctx.int_high,
                                    bucket=bucket, runs=runs, details=details, held_out=held_out)
-        if reason is None and tensorrt_family(self.ctx.target):
-            reason = self._tensorrt_refusal(out)
+        if reason is None:
+            reason = self._builder_refusal(out)
             if reason:
                 runs.forget(out)
                 out.unlink()
@@ -118,14 +118,15 @@ class UnpadStage(Stage):
 
         return HeldOut(evaluation_set(q, self.ctx.inputs, self.ctx.inputs, self.ctx.int_high))
 
-    def _tensorrt_refusal(self, path: Path) -> str | None:
-        from optcli.backends.tensorrt.graph_check import check_graph
+    def _builder_refusal(self, path: Path) -> str | None:
+        """Why the target's builder refuses the rewritten graph (its descriptor's graph_check), or None."""
+        from optcli.errors import StageError
 
-        findings = check_graph(path).findings
-        if not findings:
-            return None
-        return (f"the {self.ctx.target} target refuses the rewritten graph: {findings[0].describe()} "
-                f"({len(findings)} finding(s); `optcli check` lists them)")
+        try:
+            graph_needs(self.ctx.target).check_graph(path, "it")
+        except StageError as exc:
+            return f"the {self.ctx.target} target refuses the rewritten graph: {exc.message} (`optcli check` lists all)"
+        return None
 
     def _skip(self, artifact: Artifact, workdir: Path, details: dict[str, Any], reason: str) -> StageResult:
         """The input, unchanged (copied: the pipeline keeps the stage's folder as its cache entry)."""

@@ -2,8 +2,8 @@
 (TensorRT-RTX, no GPU needed), and each ONNX the run wrote also taken by the fake (issue 29, part 1).
 
 `--target tensorrt` and `--target tensorrt-rtx` prepare the same graphs (the stages ask
-tensorrt_family(target)); only the builder at the end differs, so a tensorrt-rtx compile is the real
-check of what --target tensorrt would hand TensorRT. The default run builds the mission's example (the
+registry.graph_needs(target), the same for both); only the builder at the end differs, so a tensorrt-rtx
+compile is the real check of what --target tensorrt would hand TensorRT. The default run builds the mission's example (the
 tiny CNN from a .pt2 with --int8 --calib) and a shape-tensor input; the slow run adds FP32 and FP16 of
 the CNN, the encoder from a .pt2 (dynamic batch) in all three precisions, and the encoder ONNX with a
 dynamic batch and sequence at FP32 and FP16 (its INT8 is the session run test_rtx_compile.py checks)."""
@@ -20,7 +20,6 @@ from compile_testkit import read_report, run_main
 from fake_tensorrt import make_tensorrt
 from optcli.backends.tensorrt.builder import build_engine
 from optcli.backends.tensorrt.parser_check import parse_issues
-from optcli.targets import tensorrt_family
 
 
 def calib_for(root: Path, arrays: dict[str, Any]) -> Path:
@@ -48,8 +47,15 @@ def compile_rtx(model: Path, out: Path, *extra: str) -> dict[str, Any]:
 
 
 def test_the_two_tensorrt_targets_prepare_the_same_graphs():
-    assert tensorrt_family("tensorrt") and tensorrt_family("tensorrt-rtx")
-    assert not tensorrt_family("cpu") and not tensorrt_family("auto")
+    import dataclasses
+
+    from optcli.backends.registry import graph_needs
+
+    def graph_facts(target: str) -> dict:  # what the graph stages read; not who builds or needs a device
+        return {k: v for k, v in dataclasses.asdict(graph_needs(target)).items()
+                if k not in ("label", "build_needs_device")}
+
+    assert graph_facts("tensorrt") == graph_facts("tensorrt-rtx") != graph_facts("cpu") == graph_facts("auto")
 
 
 def test_the_mission_example_int8_cnn_from_pt2(rtx, cnn_pt2, tmp_path, engine_cache):

@@ -191,6 +191,43 @@ def test_the_target_check_finds_its_own_targets_too(tmp_path: Path, monkeypatch:
     assert sorted(int(line.split(":")[1]) for line in targets_compared_by_name()) == [1, 2, 4]
 
 
+# Modules that may ask `optcli.targets.tensorrt_family`: its definition. Everything else asks
+# registry.graph_needs(target) for a property of the target's builder, or optcli.plan.build_choice
+# (builds_on_cpu, work_for) which work builds for it (docs/backends.md).
+TENSORRT_FAMILY_CALLERS = {"targets.py"}
+
+
+def tensorrt_family_callers() -> list[str]:
+    """`file:line` of every use of the name `tensorrt_family` outside optcli/backends/ and the allowlist."""
+    found = []
+    for f in sorted(ROOT.rglob("*.py")):
+        if (ROOT / "backends") in f.parents or f.relative_to(ROOT).as_posix() in TENSORRT_FAMILY_CALLERS:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                     [node.id] if isinstance(node, ast.Name) else
+                     [node.attr] if isinstance(node, ast.Attribute) else [])
+            if "tensorrt_family" in names:
+                found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}")
+    return found
+
+
+def test_only_the_allowlisted_modules_ask_whether_a_target_is_tensorrt() -> None:
+    assert tensorrt_family_callers() == []
+
+
+def test_the_tensorrt_family_check_finds_imports_and_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "optcli"
+    (pkg / "backends").mkdir(parents=True)
+    (pkg / "stages").mkdir()
+    (pkg / "backends" / "inside.py").write_text("from optcli.targets import tensorrt_family\n")
+    (pkg / "targets.py").write_text("def tensorrt_family(target):\n    return tensorrt_family\n")
+    (pkg / "stages" / "fuse.py").write_text("from optcli.targets import tensorrt_family\n"
+                                           "import optcli.targets\nx = optcli.targets.tensorrt_family(t)\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    assert tensorrt_family_callers() == ["optcli/stages/fuse.py:1", "optcli/stages/fuse.py:3"]
+
+
 def test_lookups_by_name_format_and_suffix() -> None:
     assert registry.cpu_backend_names() == ("onnxruntime", "openvino", "inductor")
     assert sorted(registry.targets()) == ["tensorrt", "tensorrt-rtx"] and registry.for_target("cpu") is None

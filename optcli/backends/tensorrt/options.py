@@ -158,3 +158,9 @@ def tensorrt_config(config: Any) -> TensorRTConfig:
     if not isinstance(section, dict):
         raise UsageError(f"[{SECTION}] must be a table", hint="e.g. [tensorrt] with workspace = \"4G\"")
     return TensorRTConfig.from_dict(section)
+
+
+def int8_fp16(config: Any) -> bool:
+    """Whether an INT8 graph's float parts go FP16 ([tensorrt] int8_fp16; --no-fp16 turns it off): the
+    descriptors' int8_fp16_setting, asked by the quantize stage through registry.graph_needs."""
+    return tensorrt_config(config).int8_fp16

@@ -26,5 +26,13 @@ BACKEND = Backend(
     target_check=f"{_HERE}.target:check_target",
     engine_build="optcli.backends.tensorrt.engine_build:EngineBuild",
     toolkit="optcli.backends.tensorrt.toolkit:TENSORRT_RTX",
+    # what the ONNX stages prepare for its parser (registry.GraphNeeds): plain ONNX ops, s8/s8 Q/DQ,
+    # no unpad unless asked, static dims but the batch (its profiles range over the batch only)
+    takes_contrib_ops=False,
+    int8_flavours=("qdq-s8s8",),
+    unpad_default=False,
+    dynamic_sequence=False,
+    graph_check="optcli.backends.tensorrt.graph_check:require_clean",
+    int8_fp16_setting="optcli.backends.tensorrt.options:int8_fp16",
     runs_here=f"{_HERE}.target:runtime_problem",
 )
