@@ -3,8 +3,8 @@
 
 `--target tensorrt` and `--target tensorrt-rtx` prepare the same graphs (the stages ask
 registry.graph_needs(target), the same for both); only the builder at the end differs, so a tensorrt-rtx
-compile is the real check of what --target tensorrt would hand TensorRT. The default run builds the mission's example (the
-tiny CNN from a .pt2 with --int8 --calib) and a shape-tensor input; the slow run adds FP32 and FP16 of
+compile is the real check of what --target tensorrt would hand TensorRT. The default run builds the mission's
+example (the tiny CNN from a .pt2 with --int8 --calib) and a shape-tensor input; the slow run adds FP32 and FP16 of
 the CNN, the encoder from a .pt2 (dynamic batch) in all three precisions, and the encoder ONNX with a
 dynamic batch and sequence at FP32 and FP16 (its INT8 is the session run test_rtx_compile.py checks)."""
 from __future__ import annotations
