@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.file_version import file_version, register
 
@@ -56,6 +56,17 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 _hashes: dict[tuple[Any, ...], str] = register({})
 
 
+class ArtifactJSON(TypedDict):
+    path: str
+    format: str
+    precision: str
+    stage: str | None
+    parent: str | None
+    backend: str
+    sha256: str
+    size_bytes: int
+
+
 @dataclass
 class Artifact:
     """One model file in the pipeline: where it is, what it is, and where it came from.
@@ -92,7 +103,7 @@ class Artifact:
             total += (self.path.parent / extra).stat().st_size
         return total
 
-    def to_json(self, relative_to: Path | None = None) -> dict[str, Any]:
+    def to_json(self, relative_to: Path | None = None) -> ArtifactJSON:
         path = self.path
         if relative_to is not None:
             try:

@@ -16,6 +16,7 @@ The figures the report then shows are the ones measured now, and the stage's gat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def user_model_outputs(ctx: StageContext, samples: Any) -> list[np.ndarray]:
 
 
 def measure_again(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-                  reference: dict[str, Any], optimization: str) -> dict[str, Any]:
+                  reference: Mapping[str, object], optimization: str) -> dict[str, object]:
     """The reused artifact's accuracy now, against the user's model (see the module's docstring), at the
     setting its row was measured at (the same session as then: an untouched entry measures as recorded)."""
     rows = stage.heldout_rows(before)
@@ -77,9 +78,10 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def disagreement(fresh: dict[str, Any], recorded: dict[str, Any]) -> str | None:
+def disagreement(fresh: Mapping[str, object], recorded: Mapping[str, object]) -> str | None:
     """Why `fresh` is not the accuracy `recorded` claims (worse beyond measurement drift), or None."""
-    scale = max((e.get("scale", 0.0) for e in fresh.get("outputs", {}).values()), default=0.0)
+    outputs = fresh.get("outputs", {})
+    scale = max((e.get("scale", 0.0) for e in outputs.values()), default=0.0) if isinstance(outputs, dict) else 0.0
     checks = [("cosine_min", lambda f, r: f >= r - COSINE_SLACK),
               ("max_abs_err", lambda f, r: f <= r * MAX_ABS_FACTOR + MAX_ABS_SLACK_REL * max(scale, 1.0)),
               ("top1_agreement", lambda f, r: f >= r - TOP1_SLACK)]
@@ -93,7 +95,8 @@ def disagreement(fresh: dict[str, Any], recorded: dict[str, Any]) -> str | None:
 
 
 def recheck(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-            reference: dict[str, Any], recorded: Any, optimization: str) -> tuple[dict[str, Any] | None, str | None]:
+            reference: Mapping[str, object], recorded: Any,
+            optimization: str) -> tuple[dict[str, object] | None, str | None]:
     """(the accuracy measured now, None) for an entry that holds; (None, why) for one to rebuild."""
     if not isinstance(recorded, dict) or any(_number(recorded.get(k)) is None for k in FIGURES):
         return None, "its record has no accuracy figures"

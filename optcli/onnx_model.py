@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.errors import UsageError
 from optcli.file_version import register
@@ -120,7 +120,12 @@ def op_histogram(model: Any) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def graph_summary(path: Path) -> dict[str, Any]:
+class GraphSummary(TypedDict):
+    nodes: int
+    ops: dict[str, int]     # op_histogram
+
+
+def graph_summary(path: Path) -> GraphSummary:
     model = graph_view(path)
     hist = op_histogram(model)
     return {"nodes": sum(hist.values()), "ops": hist}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +31,20 @@ def cache_key(stage: Any, artifact: Artifact) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def well_formed(record: dict[str, Any]) -> bool:
+def well_formed(record: Mapping[str, object]) -> bool:
     """The fields a cache hit reads, with the right types, and runner options only those a record may
     carry (optcli/runtime/recorded_options.py); else the stage is rebuilt."""
     from optcli.runtime.recorded_options import problem
 
+    meta = record.get("meta", {})
     return (all(isinstance(record.get(k), str) for k in _STRINGS)
             and all(isinstance(record.get(k), dict) for k in _DICTS)
-            and isinstance(record.get("seconds"), (int, float)) and isinstance(record.get("meta", {}), dict)
+            and isinstance(record.get("seconds"), (int, float)) and isinstance(meta, dict)
             and isinstance(record.get("accuracy"), (dict, type(None)))
-            and problem(record["format"], record.get("meta", {}).get("runner_options", {})) is None)
+            and problem(str(record["format"]), meta.get("runner_options", {})) is None)
 
 
-def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
+def load_record(stage_dir: Path, key: str) -> dict[str, object] | None:
     """The stage's record when it can be reused, else None; a record naming a file outside the stage
     folder raises UsageError (exit 2)."""
     record_path = stage_dir / STAGE_RECORD
@@ -62,12 +64,15 @@ def load_record(stage_dir: Path, key: str) -> dict[str, Any] | None:
     return record
 
 
-def cached_artifact(stage_dir: Path, record: dict[str, Any], stage: str, parent: str) -> Artifact:
+def cached_artifact(stage_dir: Path, record: Mapping[str, object], stage: str, parent: str) -> Artifact:
+    """The artifact of a record load_record returned (well_formed: its strings are strings, its meta a dict)."""
     # meta's "accuracy" (what the INT8 stage judged, which build-cpu would take as known) is a claim of the
     # file: the pipeline measures a reused artifact again instead (optcli/cache_recheck.py)
-    meta = {k: v for k, v in record.get("meta", {}).items() if k != "accuracy"}
-    return Artifact(stage_dir / record["artifact"], record["format"], precision=record["precision"], stage=stage,
-                    parent=parent, backend=record["backend"], meta=meta, _sha256=record["sha256"])
+    recorded = record.get("meta", {})
+    meta = {k: v for k, v in recorded.items() if k != "accuracy"} if isinstance(recorded, dict) else {}
+    text = {k: str(record[k]) for k in _STRINGS}
+    return Artifact(stage_dir / text["artifact"], text["format"], precision=text["precision"], stage=stage,
+                    parent=parent, backend=text["backend"], meta=meta, _sha256=text["sha256"])
 
 
 def write_record(folder: Path, key: str, bench_key: str, relative: Path, artifact: Artifact,

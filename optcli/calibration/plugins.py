@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 from optcli.calibration.builtin_readers import BUILTIN, IMAGE_SUFFIXES
 from optcli.errors import UsageError, foreign_exit
@@ -13,7 +12,7 @@ from optcli.errors import UsageError, foreign_exit
 ENTRY_POINT_GROUP = "optcli.calibration_readers"
 
 
-def _entry_points() -> dict[str, Any]:
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 

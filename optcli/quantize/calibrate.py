@@ -38,7 +38,7 @@ class _Reader:
     def __init__(self, samples: SampleSet) -> None:
         self.batches = iter(samples.batches(CALIB_BATCH))
 
-    def get_next(self) -> dict[str, Any] | None:
+    def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self.batches, None)
 
 
@@ -84,7 +84,7 @@ _CALIBRATERS = {"minmax": "MinMaxCalibrater", "entropy": "EntropyCalibrater", "p
 
 
 def _calibrator(calibrate: Any, method: str, model_path: Path, op_types: tuple[str, ...], augmented: Path,
-                extra: dict[str, Any]) -> Any:
+                extra: dict[str, bool | int | float]) -> Any:
     """onnxruntime's create_calibrator, with the loaded model dropped before the session opens: saving
     the augmented graph moves its weights to external data, but the protobuf's memory stays allocated
     until the message goes, so the session would load a second copy beside it (a 2 GB model peaked at
@@ -100,7 +100,8 @@ def _calibrator(calibrate: Any, method: str, model_path: Path, op_types: tuple[s
 
 
 def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method: str, symmetric: bool,
-                   op_types: tuple[str, ...], cache_dir: Path, force: bool = False) -> tuple[Path, dict[str, Any]]:
+                   op_types: tuple[str, ...], cache_dir: Path,
+                   force: bool = False) -> tuple[Path, dict[str, str | int | None]]:
     """Return (path of a tensors-range JSON usable as quantize_static's calibration_cache_path, info).
     A cache entry is used only when its check record matches; a bad one is reported in `info`,
     discarded and rebuilt; `force` never reads the cache."""
@@ -110,13 +111,15 @@ def compute_ranges(model_path: Path, model_sha: str, samples: SampleSet, method:
     key = cache_key(model_sha, samples, method, symmetric, op_types)
     path = cache_dir / f"ranges-{method}-{key}.json"
     problem = "--force" if force else cached_ranges_problem(path, key)
-    info: dict[str, Any] = {"method": method, "samples": len(samples), "cache": str(path), "cache_hit": problem is None}
+    # str | int | None: the method and paths, the sample count, cache_hit (a bool)
+    info: dict[str, str | int | None] = {"method": method, "samples": len(samples), "cache": str(path),
+                                         "cache_hit": problem is None}
     if problem is None:
         return path, info
     if problem not in ("no entry", "--force"):
         info["cache_rejected"] = problem
     _discard(path)
-    extra: dict[str, Any] = {"symmetric": symmetric}
+    extra: dict[str, bool | int | float] = {"symmetric": symmetric}
     if method == "entropy":
         extra.update(num_bins=NUM_BINS, num_quantized_bins=128)
     elif method == "percentile":

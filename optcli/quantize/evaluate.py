@@ -1,6 +1,7 @@
 """Run ONNX models on sample sets and compare against the FP32 reference (the accuracy gate's data)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +10,13 @@ import numpy as np
 from optcli.accuracy import compare_outputs, sequence_mask
 from optcli.calibration.dataset import SampleSet
 
+Outputs = tuple[list[np.ndarray], list[str]]  # a model's outputs over a sample set, and their names
 EVAL_BATCH = 32
 LENGTH_BATCH = 8
 
 
 def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = None,
-              runner_options: dict[str, Any] | None = None, pool: Any = None) -> tuple[list[np.ndarray], list[str]]:
+              runner_options: Mapping[str, object] | None = None, pool: Any = None) -> Outputs:
     """Outputs (concatenated over batches) and their names; `extra_outputs` exposes inner tensors. With
     the run's `pool` (optcli/runtime/pool.py) the session is borrowed from it and given back."""
     from optcli.backends.registry import ONNX
@@ -23,7 +25,7 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
     target = path
     if extra_outputs:
         target = expose_tensors(path, extra_outputs)
-    options = session_options(ONNX, None, "all", runner_options)
+    options = session_options(ONNX, None, "all", None if runner_options is None else dict(runner_options))
     pool = pool if pool is not None and target == path else RunnerPool(max_idle=0)
     runner = pool.borrow(target, ONNX, **options)
     try:
@@ -34,8 +36,8 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
             target.unlink(missing_ok=True)
 
 
-def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str, samples: SampleSet,
-                      pool: Any = None, threads: int | None = None) -> tuple[list[np.ndarray], list[str]]:
+def reference_outputs(memo: dict[str, Outputs], path: Path, model_sha: str, samples: SampleSet,
+                      pool: Any = None, threads: int | None = None) -> Outputs:
     """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and build-cpu
     judge against the same FP32 outputs on the same held-out set. `memo` is the run's state.fp32_outputs;
     the session comes from the run's `pool` at the measurements' setting (`threads`: [bench] threads)."""
@@ -46,8 +48,7 @@ def reference_outputs(memo: dict[str, Any], path: Path, model_sha: str, samples:
     return cache[key]
 
 
-def remember_reference(memo: dict[str, Any], model_sha: str, samples: SampleSet,
-                       outputs: tuple[list[np.ndarray], list[str]]) -> None:
+def remember_reference(memo: dict[str, Outputs], model_sha: str, samples: SampleSet, outputs: Outputs) -> None:
     """What reference_outputs will answer for (model, samples): outputs a stage computed as run_model
     does, on the run's pool at the measurements' setting (the unpad proof's run of its rewrite)."""
     memo[f"{model_sha}:{samples.digest()}"] = outputs
@@ -123,7 +124,7 @@ def expose_tensors(path: Path, tensors: list[str]) -> Path:
 
 
 def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: SampleSet,
-             runner_options: dict[str, Any] | None = None, pool: Any = None) -> dict[str, Any]:
+             runner_options: Mapping[str, object] | None = None, pool: Any = None) -> dict[str, Any]:
     """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy);
     on a session from the run's `pool` where given (the stage's output: its row runs on it next)."""
     outs, names = run_model(candidate, samples, runner_options=runner_options, pool=pool)

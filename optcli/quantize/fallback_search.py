@@ -17,9 +17,9 @@ tolerance on INT8 coverage, never below it). `accepts` is that rule; tests check
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 SCREEN_GROUPS = 8
 MAX_SINGLETONS = 16
@@ -36,19 +36,46 @@ def min_gain(current: Trial) -> float:
 @dataclass(frozen=True)
 class Trial:
     excluded: frozenset[str]
-    accuracy: dict[str, Any]
+    accuracy: Mapping[str, object]   # evaluate()'s summary; the search reads its cosine_mean
     passed: bool
 
     @property
     def score(self) -> float:
-        return float(self.accuracy.get("cosine_mean", 0.0))
+        cosine = self.accuracy.get("cosine_mean", 0.0)
+        return float(cosine) if isinstance(cosine, (int, float)) else 0.0
+
+
+# judge(excluded units) -> (accuracy summary, whether it meets the tolerance)
+Evaluate = Callable[[frozenset[str]], tuple[Mapping[str, object], bool]]
+
+
+class Round(TypedDict):
+    """One step of the search, as the report's fallback section lists it."""
+
+    round: int
+    phase: str
+    changed: list[str]
+    trial_cosine: float
+    trial_passed: bool
+    kept: bool
+    excluded: int
+    cosine: float
+    passed: bool
+    seconds: float
+
+
+def relabelled(r: Round, label: Mapping[str, str]) -> Round:
+    """`r` with its changed units named by `label` (unit id -> module path), in the same key order."""
+    out = r.copy()
+    out["changed"] = [label.get(c, c) for c in r["changed"]]
+    return out
 
 
 @dataclass
 class SearchResult:
     best: Trial
     baseline: Trial
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
     evaluations: int = 0
     seconds: float = 0.0
     stopped: str = ""
@@ -82,7 +109,7 @@ class FallbackSearch:
     """Runs the phases over `ranked` units (most damaging first) until the tolerance holds, the
     budget is spent, or nothing is left to try."""
 
-    def __init__(self, ranked: list[str], evaluate: Callable[[frozenset[str]], tuple[dict[str, Any], bool]],
+    def __init__(self, ranked: list[str], evaluate: Evaluate,
                  budget_s: float, clock: Callable[[], float] = time.perf_counter,
                  started: float | None = None) -> None:
         self.ranked = list(ranked)
@@ -92,7 +119,7 @@ class FallbackSearch:
         self.t0 = clock() if started is None else started  # ranking before the search counts too
         self.cache: dict[frozenset[str], Trial] = {}
         self.eval_seconds: list[float] = []
-        self.rounds: list[dict[str, Any]] = []
+        self.rounds: list[Round] = []
         self._current: Trial | None = None
         self.out_of_time = False
 

@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from optcli.errors import StageError
 from optcli.library_logs import captured_logs, root_logger_captured
@@ -56,7 +55,7 @@ def candidate_nodes(model_path: Path, flavour: Flavour) -> list[str]:
 
 
 def quantize(src: Path, dst: Path, flavour: Flavour, ranges: Path | None, method: str,
-             exclude: list[str]) -> dict[str, Any]:
+             exclude: list[str]) -> dict[str, int]:
     """Write the INT8 model for `flavour` to `dst`, keeping `exclude` nodes in float."""
     q = require("onnxruntime.quantization", "INT8 quantization")
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,10 +19,18 @@ from optcli.onnx_model import graph_view
 from optcli.quantize.flavour import Flavour
 from optcli.quantize.module_names import node_modules
 
+if TYPE_CHECKING:
+    from onnx import NodeProto
+
 # Ops that compute (weights, or arithmetic on two activations, or a window): quantizing their inputs
 # is what costs accuracy and what buys speed.
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "MultiHeadAttention", "Add", "Mul",
                "MaxPool", "AveragePool", "GlobalAveragePool")
+
+
+# A unit as the reports list it: node, module (or None), op_type, nodes, flops_share, and what the
+# fallback and debug-int8 add beside them (local_damage, fp32_time_share, cosine_gain_in_float).
+UnitRow = dict[str, str | float | list[str] | None]
 
 
 @dataclass
@@ -38,7 +46,7 @@ class Unit:
     def label(self) -> str:
         return self.module or self.node
 
-    def to_json(self, total_flops: float) -> dict[str, Any]:
+    def to_json(self, total_flops: float) -> UnitRow:
         return {"node": self.node, "module": self.module, "op_type": self.op_type, "nodes": list(self.nodes),
                 "flops_share": round(self.flops / total_flops, 6) if total_flops else 0.0}
 
@@ -73,7 +81,7 @@ def compute_units(model_path: Path, flavour: Flavour, origins: Sequence[Path] = 
     return units, total
 
 
-def _feeders(node: Any, producer: dict[str, Any], quantized: tuple[str, ...]) -> list[str]:
+def _feeders(node: NodeProto, producer: dict[str, NodeProto], quantized: tuple[str, ...]) -> list[str]:
     """Quantized non-compute ops upstream of `node` (Relu, Flatten, Reshape ...) up to the previous
     compute op: the Q/DQ on their outputs are `node`'s input quantization."""
     out: list[str] = []

@@ -4,9 +4,10 @@ frontend reads none of onnxruntime's fused ops, so it cannot take the stage's ow
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def padded_length(plan: Any, inputs: list[TensorSpec]) -> int:
 
 
 def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_high: dict[str, int], bucket: int,
-                      runs: Any, details: dict[str, Any],
+                      runs: Any, details: dict[str, object],
                       held_out: HeldOut | None = None,
                       known_axes: dict[str, list[int]] | None = None, synthetic: int | None = None) -> str | None:
     """Rewrite `source` into `out` and prove it on right-padded random samples (`synthetic` of them,
@@ -85,7 +86,7 @@ def rewrite_and_prove(source: Path, out: Path, *, inputs: list[TensorSpec], int_
 
 
 def _rewrite_and_prove(model: Any, plan: Any, source: Path, out: Path, length: int, inputs: list[TensorSpec],
-                       int_high: dict[str, int], runs: Any, details: dict[str, Any],
+                       int_high: dict[str, int], runs: Any, details: dict[str, object],
                        held_out: HeldOut | None, synthetic: int | None) -> str | None:
     from optcli.unpad.graph import rewrite
 
@@ -155,7 +156,7 @@ def _probe_axes(model: Any, plan: Any, source: Path, out: Path, inputs: list[Ten
 
 
 def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, inputs: list[TensorSpec],
-           int_high: dict[str, int], details: dict[str, Any],
+           int_high: dict[str, int], details: dict[str, object],
            held_out: HeldOut | None, synthetic: int | None = None) -> str | None:
     from optcli.unpad.verify import (
         PROOF_BATCH,
@@ -172,7 +173,7 @@ def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, i
     samples = [("random right-padded samples", synthetic_samples(
         inputs, plan.mask, plan.sequence_inputs, length, int_high, n=synthetic or SYNTHETIC_SAMPLES,
         lengths=lengths), PROOF_BATCH)]
-    every_row: dict[str, Any] = {}
+    every_row: dict[str, Callable[[], list[np.ndarray]]] = {}
     if held_out is not None:
         data, source = held_out.samples.arrays, held_out.samples.source
         mask = np.asarray(data[plan.mask])
@@ -192,7 +193,17 @@ def _prove(runs: Any, original: Path, rewritten: Path, plan: Any, length: int, i
     return proof["reason"]
 
 
-def length_figures(mask: np.ndarray, length: int, bucket: int) -> dict[str, Any]:
+class LengthFigures(TypedDict):
+    """The data's valid lengths (median, min, max) and the share of positions computed at batch 1."""
+
+    median: float
+    min: int
+    max: int
+    padded_length: int
+    computed_share_batch1: float
+
+
+def length_figures(mask: np.ndarray, length: int, bucket: int) -> LengthFigures:
     """The data's valid lengths and the share of positions the rewrite computes at batch 1."""
     from optcli.length_groups import row_extents
 
@@ -211,7 +222,7 @@ TWIN_SAMPLES = 4
 
 
 def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
-                  known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, Any]]:
+                  known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, object]]:
     """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
     once per run in `workdir` (`stage.state.unpad_twins` remembers it, or why not): (the artifact or None, facts).
     `known_axes`: the outputs' sequence axes the unpad stage found (spares the probe)."""
@@ -220,7 +231,7 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
     twins = stage.state.unpad_twins
     if first.sha256 not in twins:
         out = workdir / UNPADDED_SOURCE
-        details: dict[str, Any] = {"graph": first.path.name}
+        details: dict[str, object] = {"graph": first.path.name}
         with GraphRuns(stage.runners, stage.config.bench.threads) as runs:
             reason = rewrite_and_prove(first.path, out, inputs=stage.inputs, int_high=stage.int_high, bucket=bucket,
                                        runs=runs, details=details, known_axes=known_axes, synthetic=TWIN_SAMPLES)

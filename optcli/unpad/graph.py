@@ -24,7 +24,7 @@ valid position (a hidden size equal to S, say, makes the guess wrong and the pro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -46,6 +46,22 @@ _SHAPE_ARITH = {"Concat", "Where", "Equal", "Less", "Greater", "LessOrEqual", "G
 _INT_TYPES = (np.int32, np.int64)
 
 
+class PlanJSON(TypedDict):
+    mask_input: str
+    sequence_inputs: list[str]
+    padded_length: int | str
+    bucket: int
+    sequence_outputs: dict[str, list[int]]
+
+
+class Changes(TypedDict):
+    """What rewrite() changed: the constants it made follow the valid length, and (a graph exported
+    at a fixed S) the longest length the result takes."""
+
+    constants_changed: list[str]
+    takes_lengths_up_to: NotRequired[int | str]
+
+
 @dataclass
 class Plan:
     """What the rewrite acts on: the mask input, the inputs sliced with it, and the padded length."""
@@ -56,7 +72,7 @@ class Plan:
     bucket: int
     seq_axes: dict[str, list[int]] = field(default_factory=dict)   # output -> axes padded back
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PlanJSON:
         return {"mask_input": self.mask, "sequence_inputs": self.sequence_inputs, "padded_length": self.length,
                 "bucket": self.bucket, "sequence_outputs": self.seq_axes}
 
@@ -238,7 +254,7 @@ def _data_only(uses: list[tuple[Any, int]]) -> bool:
     return not any(i == 0 and n.op_type in ("Gather", "GatherElements", "GatherND") for n, i in uses)
 
 
-def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
+def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> Changes:
     """Rewrite `model` in place: slice the sequence inputs to L, make the body follow L, and (with
     `pad_outputs`) pad `plan.seq_axes` outputs back to S with 0. Returns what it changed.
 
@@ -269,7 +285,10 @@ def rewrite(model: Any, plan: Plan, pad_outputs: bool = True) -> dict[str, Any]:
     if runtime:
         _any_length_up_to_s(model, plan, int(plan.length))
     _forget_lengths(model)
-    return {"constants_changed": changed, **({"takes_lengths_up_to": plan.length} if runtime else {})}
+    out = Changes(constants_changed=changed)
+    if runtime:
+        out["takes_lengths_up_to"] = plan.length
+    return out
 
 
 SEQUENCE_SYMBOL = "sequence"  # optcli.sequence_axis's group name: its recorded length is the example's

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -154,9 +154,26 @@ def sequence_axes(original: Path, body: Path, feeds: dict[str, np.ndarray], leng
     return axes
 
 
+class ProofCheck(TypedDict):
+    """One sample set the proof ran both graphs on, and the worst figures over their outputs."""
+
+    data: str
+    samples: int
+    batch: int
+    max_abs_err: float
+    cosine_min: float
+    mean_valid_length: float
+
+
+class Proof(TypedDict):
+    equal: bool
+    reason: str | None
+    checks: list[ProofCheck]
+
+
 def prove(original: Path, rewritten: Path, samples: list[tuple[str, dict[str, np.ndarray], int]],
           mask: str, runs: GraphRuns | None = None,
-          rewritten_outputs: dict[str, Callable[[], list[np.ndarray]]] | None = None) -> dict[str, Any]:
+          rewritten_outputs: dict[str, Callable[[], list[np.ndarray]]] | None = None) -> Proof:
     """Run both graphs on each (label, feeds, batch) and compare every output on the valid positions;
     returns {"equal": bool, "reason": str | None, "checks": [...]}. `rewritten_outputs` {label: fn}: the
     rewritten graph's outputs on that sample come from fn(), called only once the samples before it
@@ -164,7 +181,7 @@ def prove(original: Path, rewritten: Path, samples: list[tuple[str, dict[str, np
     if runs is None:
         with GraphRuns() as own:
             return prove(original, rewritten, samples, mask, own, rewritten_outputs)
-    checks: list[dict[str, Any]] = []
+    checks: list[ProofCheck] = []
     for label, feeds, batch in samples:
         try:
             ref, names = runs.run(original, feeds, batch)

@@ -127,3 +127,41 @@ def test_dtype_names():
 
     assert dtype_name(Member("FLOAT")) == "float32" and dtype_name(Member("HALF")) == "float16"
     assert dtype_name("DataType.INT64") == "int64" and dtype_name(Member("BF16")) == "bfloat16"
+
+
+# model.engine.json as optcli wrote it before its records were typed (TensorEntry, ProfileJSON,
+# BuildOptions): key order and values included, so a typing change that alters the file fails here.
+WRITTEN = {
+    "tensorrt_version": "1.7.1.116", "gpu": None, "compute_capability": None, "cache_key": "c" * 64,
+    "onnx_sha256": "a" * 64, "engine_sha256": "e" * 64, "engine_bytes": 1234,
+    "profiles": [{"name": "x", "min": [1, 4], "opt": [8, 4], "max": [32, 4], "dynamic_axes": [0]}],
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4], "profile": [[1, 4], [8, 4], [32, 4]]}],
+    "outputs": [{"name": "y", "dtype": "float16", "shape": [-1, 3]}],
+    "options": {"workspace": None, "builder_opt_level": 3, "hardware_compat": "none", "version_compat": False,
+                "toolkit": "tensorrt_rtx"},
+    "build_seconds": 0.5, "strongly_typed": True, "built_at": "2026-11-27T20:00:00+0000", "optcli_version": "0.9.0",
+    "cuda": "12", "format": "optcli-tensorrt-engine", "schema_version": 1}
+
+
+def test_engine_metadata_file_round_trips_byte_for_byte(tmp_path):
+    from optcli.backends.tensorrt.engine_loader import tensor_spec
+    from optcli.backends.tensorrt.profiles import InputProfile
+
+    old = json.dumps(WRITTEN, indent=2) + "\n"
+    (tmp_path / "old.json").write_text(old)
+    meta = read_metadata(tmp_path / "old.json")
+    meta.write(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_text() == old
+    assert [InputProfile.from_json(p).to_json() for p in meta.profiles] == WRITTEN["profiles"]
+    assert tensor_spec(meta.inputs[0]).profile == ((1, 4), (8, 4), (32, 4))
+    # A changed record still writes the same layout, and the oldest files (no cuda, no optcli_version,
+    # profiles without dynamic_axes) still load.
+    meta.options["workspace"] = 1 << 30
+    meta.write(tmp_path / "changed.json")
+    changed = {**WRITTEN, "options": {**WRITTEN["options"], "workspace": 1 << 30}}
+    assert (tmp_path / "changed.json").read_text() == json.dumps(changed, indent=2) + "\n"
+    oldest = {k: v for k, v in WRITTEN.items() if k not in ("cuda", "optcli_version")}
+    oldest["profiles"] = [{k: v for k, v in WRITTEN["profiles"][0].items() if k != "dynamic_axes"}]
+    (tmp_path / "oldest.json").write_text(json.dumps(oldest))
+    back = read_metadata(tmp_path / "oldest.json")
+    assert back.cuda is None and InputProfile.from_json(back.profiles[0]).dynamic_axes == ()

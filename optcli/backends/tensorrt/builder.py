@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from optcli.atomic_write import atomic_path
-from optcli.backends.tensorrt.engine_cache import EngineCache, Lookup, cache_key, onnx_digest
+from optcli.backends.tensorrt.engine_cache import CacheInfo, EngineCache, Lookup, cache_key, onnx_digest
 from optcli.backends.tensorrt.logger import make_logger
-from optcli.backends.tensorrt.metadata import EngineMetadata, engine_io, network_io
-from optcli.backends.tensorrt.options import TensorRTConfig
+from optcli.backends.tensorrt.metadata import EngineMetadata, TensorEntry, engine_io, network_io
+from optcli.backends.tensorrt.options import BuildOptions, TensorRTConfig
 from optcli.backends.tensorrt.profiles import InputProfile, profiles_json
 from optcli.backends.tensorrt.toolkit import always_strongly_typed, is_rtx, toolkit_of
 from optcli.errors import StageError, UsageError
@@ -119,15 +119,16 @@ def parse_onnx(trt: Any, network: Any, logger: Any, path: Path, data: bytes | No
 ShapeValues = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
-def configure(trt: Any, builder: Any, network: Any, options: dict[str, Any], profiles: list[InputProfile],
+def configure(trt: Any, builder: Any, network: Any, options: BuildOptions, profiles: list[InputProfile],
               shape_values: ShapeValues | None = None) -> Any:
     """The builder config: memory, optimization level, compatibility, detailed profiling verbosity,
     and one optimization profile (shapes of dynamic inputs, values of shape-tensor inputs)."""
     config = builder.create_builder_config()
-    if options.get("workspace"):
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options["workspace"]))
-    if options.get("builder_opt_level") is not None:
-        config.builder_optimization_level = int(options["builder_opt_level"])
+    workspace, level = options.get("workspace"), options.get("builder_opt_level")
+    if workspace:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace))
+    if level is not None:
+        config.builder_optimization_level = int(level)
     # Layer names and types for `optcli profile` (the engine inspector says "?" without it); it
     # changes no tactic (pyCore.cpp IBuilderConfig.profiling_verbosity; Polygraphy sets the same).
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
@@ -291,12 +292,12 @@ class BuiltEngine:
     engine_bytes: bytes
     seconds: float
     timing_cache: str
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    inputs: list[TensorEntry] = field(default_factory=list)
+    outputs: list[TensorEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
-def build_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], options: dict[str, Any],
+def build_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], options: BuildOptions,
                  timing_cache: Path | None, shape_values: ShapeValues | None = None) -> BuiltEngine:
     """Parse, configure and build; the timing cache is loaded first and merged into its file after.
     The engine's I/O is read from the network (what a strongly typed build keeps), so a fresh engine
@@ -331,7 +332,7 @@ class Obtained:
 
     engine_bytes: bytes
     metadata: EngineMetadata
-    cache: dict[str, Any]
+    cache: CacheInfo
     timing_cache: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -367,8 +368,7 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
                               compute_capability=machine.compute_capability,
                               validate=None if ahead_of_time else validate, cuda=machine.cuda)
         if lookup.status == "hit" and lookup.engine_bytes is not None and lookup.metadata is not None:
-            return Obtained(lookup.engine_bytes, lookup.metadata, {**lookup.to_json(), "key": key,
-                                                                   "dir": str(cache.entry(key))})
+            return Obtained(lookup.engine_bytes, lookup.metadata, lookup.info(key, cache.entry(key)))
     assert lookup is not None
     timing = cfg.timing_cache or default_timing_cache(cfg, machine)
     built = build_engine(trt, onnx_path, profiles, options, timing, shape_values)
@@ -378,9 +378,7 @@ def obtain_engine(trt: Any, onnx_path: Path, profiles: list[InputProfile], cfg: 
         engine_bytes=len(built.engine_bytes), profiles=profiles_json(profiles), inputs=built.inputs,
         outputs=built.outputs, options=options, build_seconds=round(built.seconds, 3), optcli_version=__version__,
         cuda=machine.cuda)
-    info = {**lookup.to_json(), "key": key}
-    if cache is not None:
-        info["dir"] = str(cache.store(key, built.engine_bytes, meta))
+    info = lookup.info(key, None if cache is None else cache.store(key, built.engine_bytes, meta))
     timing_info = f"{timing} ({built.timing_cache})" if built.timing_cache != "unavailable" else None
     return Obtained(built.engine_bytes, meta, info, timing_cache=timing_info,
                     warnings=built.warnings)

@@ -15,13 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from optcli.atomic_write import atomic_dir
 from optcli.backends.tensorrt.metadata import ENGINE_FILE, METADATA_FILE, EngineMetadata, read_metadata
+
+if TYPE_CHECKING:
+    from optcli.backends.tensorrt.options import BuildOptions
 
 KEY_VERSION = 2  # 2: the CUDA major joined the key
 
@@ -35,7 +38,7 @@ def onnx_digest(path: Path) -> str:
     return sha256_file(path)
 
 
-def cache_key(onnx_sha256: str, options: dict[str, Any], profiles: list[dict[str, Any]],
+def cache_key(onnx_sha256: str, options: BuildOptions, profiles: Sequence[Mapping[str, object]],
               tensorrt_version: str, gpu: str | None, compute_capability: str | None, cuda: str | None = None) -> str:
     """The engine cache key: changes whenever anything that changes the engine changes. The CUDA
     major counts: the same TensorRT version ships cu12 and cu13 builds whose engines differ."""
@@ -50,6 +53,18 @@ def cuda_major(cuda: str | None) -> str | None:
     return str(cuda).split(".")[0] if cuda else None
 
 
+class LookupJSON(TypedDict):
+    status: str
+    reason: str | None
+
+
+class CacheInfo(LookupJSON):
+    """How the engine was obtained, as the build_tensorrt stage records it."""
+
+    key: str
+    dir: NotRequired[str]        # the cache entry (absent with the cache disabled)
+
+
 @dataclass
 class Lookup:
     """The result of a cache lookup: hit (with the bytes and metadata), miss, corrupt or mismatch."""
@@ -59,8 +74,14 @@ class Lookup:
     engine_bytes: bytes | None = None
     metadata: EngineMetadata | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LookupJSON:
         return {"status": self.status, "reason": self.reason}
+
+    def info(self, key: str, entry: Path | None) -> CacheInfo:
+        info = CacheInfo(status=self.status, reason=self.reason, key=key)
+        if entry is not None:
+            info["dir"] = str(entry)
+        return info
 
 
 # validate(engine_bytes, metadata) -> None when TensorRT accepts the engine, else the reason.

@@ -10,7 +10,7 @@ from typing import Any
 from optcli.backends.tensorrt import io_types
 from optcli.backends.tensorrt.builder import deserialize
 from optcli.backends.tensorrt.cuda_build import tensorrt_cuda_major
-from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, engine_io, read_metadata
+from optcli.backends.tensorrt.metadata import ENGINE_FILE, EngineMetadata, TensorEntry, engine_io, read_metadata
 from optcli.backends.tensorrt.toolkit import is_rtx
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec
@@ -21,8 +21,8 @@ class LoadedEngine:
     path: Path
     engine: Any                         # the deserialized ICudaEngine
     metadata: EngineMetadata | None     # model.engine.json, where there is one of ours
-    inputs: list[dict[str, Any]]        # metadata.engine_io entries
-    outputs: list[dict[str, Any]]
+    inputs: list[TensorEntry]           # metadata.engine_io entries
+    outputs: list[TensorEntry]
 
 
 def engine_file(path: Path) -> Path:
@@ -91,7 +91,7 @@ def _check_formats(trt: Any, engine: Any, names: list[str]) -> None:
                              hint="rebuild the engine without I/O format constraints (optcli never sets them)")
 
 
-def tensor_spec(entry: dict[str, Any]) -> TensorSpec:
+def tensor_spec(entry: TensorEntry) -> TensorSpec:
     """The engine's view of a tensor: a dynamic dim its profile fixes (min == max) is that number, so
     bench and profile can make inputs without --input (second review, F4); the others stay named,
     and the spec keeps the profile for the hint that asks for them."""

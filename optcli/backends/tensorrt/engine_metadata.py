@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def _profile(raw: Any, where: str) -> Profile:
     return mn, opt, mx
 
 
-def _entries(raw: Any, key: str, path: Path) -> list[dict[str, Any]]:
+def _entries(raw: Any, key: str, path: Path) -> list[dict[str, object]]:
     if isinstance(raw, dict):  # {name: spec}
         raw = [{"name": name, **(spec if isinstance(spec, dict) else {})} for name, spec in raw.items()]
     if not isinstance(raw, list) or not raw or not all(isinstance(e, dict) for e in raw):
@@ -116,7 +117,7 @@ def _entries(raw: Any, key: str, path: Path) -> list[dict[str, Any]]:
     return raw
 
 
-def _tensor(entry: dict[str, Any], where: str) -> TensorSpec:
+def _tensor(entry: Mapping[str, object], where: str) -> TensorSpec:
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise UsageError(f"{where}: a tensor without a name", hint=_HINT)
@@ -158,7 +159,7 @@ def read_engine_metadata(engine: Path) -> EngineMetadata:
             profiles.append({name: _profile(shape, f"{meta_path.name} profile {i} input {name!r}")
                              for name, shape in prof.items() if name in names})
     if not profiles:
-        per_input = {e["name"]: _profile(e["profile"], f"{meta_path.name} input {e['name']!r}")
+        per_input = {str(e["name"]): _profile(e["profile"], f"{meta_path.name} input {e['name']!r}")
                      for e in in_entries if e.get("profile") is not None}
         if per_input:
             profiles.append(per_input)

@@ -13,15 +13,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from optcli.backends.tensorrt.onnx_support import SOURCE
-from optcli.backends.tensorrt.parser_check import ask, installed_toolkits
-from optcli.backends.tensorrt.preflight import Finding, check_file
+from optcli.backends.tensorrt.parser_check import ParserIssueJSON, ask, installed_toolkits
+from optcli.backends.tensorrt.preflight import Finding, FindingJSON, check_file
 from optcli.errors import StageError
 
 # Rules that are optcli's, not TensorRT's: they apply whoever answers.
 OWN_RULES = ("data-dependent",)
+
+
+class GraphCheckJSON(TypedDict):
+    oracle: str
+    oracle_kind: str
+    notes: list[str]
+    findings: list[FindingJSON]
 
 
 @dataclass
@@ -33,7 +40,7 @@ class GraphCheck:
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GraphCheckJSON:
         return {"oracle": self.oracle, "oracle_kind": self.kind, "notes": self.notes,
                 "findings": [f.to_json() for f in self.findings]}
 
@@ -65,7 +72,7 @@ def check_graph(path: Path, use_parser: bool = True) -> GraphCheck:
                       notes)
 
 
-def _parser_finding(issue: dict[str, Any], oracle: str) -> Finding:
+def _parser_finding(issue: ParserIssueJSON, oracle: str) -> Finding:
     node = issue.get("node")
     index = int(node) if isinstance(node, int) and node >= 0 else None
     return Finding(index, str(issue.get("node_name") or ""), str(issue.get("op") or ""), "parser",

@@ -17,12 +17,17 @@ Polygraphy's TrtRunner(allocation_strategy="profile") allocate the same way.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import torch
+
 Shape = tuple[int, ...]
+Feed = Union[np.ndarray, "torch.Tensor"]  # what a call's input becomes before it is copied in (_to_backend)
 Key = tuple  # (input shapes, values of shape-tensor inputs): what a CUDA graph and output shapes depend on
 MAX_GRAPHS = 32  # contexts with a CUDA graph per handle; each holds TensorRT state and a graph
 
@@ -45,8 +50,8 @@ class Handle:
 
     stream: Any
     scratch: Any                    # TensorRT's device memory, shared by this handle's contexts
-    device: dict[str, Any]          # name -> flat buffer TensorRT reads/writes (pinned host memory for HOST tensors)
-    host: dict[str, Any]            # name -> flat pinned host buffer of the same size
+    device: dict[str, torch.Tensor]  # name -> flat buffer TensorRT reads/writes (pinned host memory for HOST tensors)
+    host: dict[str, torch.Tensor]    # name -> flat pinned host buffer of the same size
     inputs_copied: Any              # CUDA event: the pinned input buffers are free after it
     current: Context | None = None  # the context of the last call (without CUDA graphs: the only one)
     graphed: OrderedDict[Key, Context] = field(default_factory=OrderedDict)  # one per key, least recent first
@@ -84,8 +89,8 @@ class Handle:
         self.scratch = None   # after the contexts that use it
 
 
-def shape_key(shapes: dict[str, Shape], values: dict[str, Any] | None) -> Key:
-    def flat(v: Any) -> tuple:
+def shape_key(shapes: dict[str, Shape], values: Mapping[str, Feed] | None) -> Key:
+    def flat(v: Feed) -> tuple:
         v = v.detach().cpu() if hasattr(v, "detach") else v  # a torch tensor, maybe on the GPU
         return tuple(np.asarray(v).ravel().tolist())
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from optcli.atomic_write import write_text_atomic
+
+if TYPE_CHECKING:
+    from optcli.backends.tensorrt.options import BuildOptions
+    from optcli.backends.tensorrt.profiles import ProfileJSON
 
 FORMAT = "optcli-tensorrt-engine"
 SCHEMA_VERSION = 1
@@ -27,13 +32,22 @@ _DTYPES = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "i
            "FP4": "float4_e2m1", "E8M0": "float8_e8m0fnu"}
 
 
+class TensorEntry(TypedDict):
+    """One engine input or output as model.engine.json records it (shape -1 = dynamic)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    profile: NotRequired[list[list[int]]]   # dynamic inputs only: profile 0's [min, opt, max]
+
+
 def dtype_name(trt_dtype: Any) -> str:
     """tensorrt.DataType -> 'float32', 'float16', ... (pybind11 enums expose `.name`)."""
     name = getattr(trt_dtype, "name", None) or str(trt_dtype).rsplit(".", 1)[-1]
     return _DTYPES.get(str(name), str(name).lower())
 
 
-def engine_io(trt: Any, engine: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def engine_io(trt: Any, engine: Any) -> tuple[list[TensorEntry], list[TensorEntry]]:
     """Inputs and outputs of a deserialized engine: name, dtype, shape (-1 = dynamic), and for dynamic
     inputs the profile-0 (min, opt, max).
 
@@ -41,12 +55,12 @@ def engine_io(trt: Any, engine: Any) -> tuple[list[dict[str, Any]], list[dict[st
     get_tensor_mode(name) -> TensorIOMode, get_tensor_dtype(name), get_tensor_shape(name) -> Dims,
     get_tensor_profile_shape(name, profile_index) -> [min, opt, max].
     """
-    inputs: list[dict[str, Any]] = []
-    outputs: list[dict[str, Any]] = []
+    inputs: list[TensorEntry] = []
+    outputs: list[TensorEntry] = []
     for index in range(engine.num_io_tensors):
         name = engine.get_tensor_name(index)
-        entry: dict[str, Any] = {"name": name, "dtype": dtype_name(engine.get_tensor_dtype(name)),
-                                 "shape": [int(d) for d in engine.get_tensor_shape(name)]}
+        entry: TensorEntry = {"name": name, "dtype": dtype_name(engine.get_tensor_dtype(name)),
+                             "shape": [int(d) for d in engine.get_tensor_shape(name)]}
         if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
             if -1 in entry["shape"]:
                 entry["profile"] = [[int(d) for d in dims] for dims in engine.get_tensor_profile_shape(name, 0)]
@@ -56,13 +70,13 @@ def engine_io(trt: Any, engine: Any) -> tuple[list[dict[str, Any]], list[dict[st
     return inputs, outputs
 
 
-def network_io(network: Any, profiles: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def network_io(network: Any, profiles: list[Any]) -> tuple[list[TensorEntry], list[TensorEntry]]:
     """The same entries as engine_io, read from the parsed network before the build (pyGraph.cpp
     INetworkDefinition.num_inputs/get_input/num_outputs/get_output; ITensor.name/shape/dtype):
     a strongly typed engine keeps the network's I/O names, types and shapes."""
     ranges = {p.name: [list(p.min), list(p.opt), list(p.max)] for p in profiles if p.dynamic}
 
-    def entry(tensor: Any) -> dict[str, Any]:
+    def entry(tensor: Any) -> TensorEntry:
         return {"name": tensor.name, "dtype": dtype_name(tensor.dtype), "shape": [int(d) for d in tensor.shape]}
 
     inputs = [entry(network.get_input(i)) for i in range(network.num_inputs)]
@@ -83,10 +97,10 @@ class EngineMetadata:
     onnx_sha256: str
     engine_sha256: str
     engine_bytes: int
-    profiles: list[dict[str, Any]]
-    inputs: list[dict[str, Any]]
-    outputs: list[dict[str, Any]]
-    options: dict[str, Any]
+    profiles: list[ProfileJSON]
+    inputs: list[TensorEntry]
+    outputs: list[TensorEntry]
+    options: BuildOptions
     build_seconds: float
     strongly_typed: bool = True
     built_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -95,11 +109,11 @@ class EngineMetadata:
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EngineMetadata:
+    def from_json(cls, d: Mapping[str, Any]) -> EngineMetadata:
         names = set(cls.__dataclass_fields__)
         missing = sorted(n for n in ("tensorrt_version", "cache_key", "engine_sha256", "inputs", "outputs")
                          if n not in d)

@@ -22,11 +22,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from optcli.errors import UsageError
+
+
+class BuildOptions(TypedDict):
+    """The options that change an engine: part of its cache key and of model.engine.json."""
+
+    workspace: int | None
+    builder_opt_level: int | None
+    hardware_compat: str
+    version_compat: bool
+    toolkit: NotRequired[str]   # set when another builder than TensorRT's (TensorRT-RTX) made it
 
 SECTION = "tensorrt"
 HARDWARE_COMPAT = ("none", "ampere+", "same-cc")
@@ -36,7 +47,7 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 Batch = tuple[int, int, int]
 
 
-def parse_size(text: str | int) -> int:
+def parse_size(text: object) -> int:
     """`4G`, `512M`, `1.5GiB`, `1073741824` -> bytes (powers of 1024)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
@@ -50,7 +61,7 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-def parse_batch(text: str | int | list[int] | tuple[int, ...]) -> Batch:
+def parse_batch(text: object) -> Batch:
     """`1/8/32` -> (1, 8, 32); `8` -> (8, 8, 8) (a fixed batch)."""
     if isinstance(text, (list, tuple)):
         parts = [str(p) for p in text]
@@ -94,7 +105,7 @@ class TensorRTConfig:
     int8_fp16: bool = True
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TensorRTConfig:
+    def from_dict(cls, values: Mapping[str, object]) -> TensorRTConfig:
         """Build from TOML-shaped values, checking every key and value (UsageError on bad input)."""
         values = {k.replace("-", "_"): v for k, v in values.items()}
         names = {f.name for f in dataclasses.fields(cls)}
@@ -138,12 +149,12 @@ class TensorRTConfig:
     def engine_cache_dir(self) -> Path:
         return self.engine_cache if self.engine_cache is not None else default_cache_root() / "engines"
 
-    def build_options(self) -> dict[str, Any]:
+    def build_options(self) -> BuildOptions:
         """The options that change the engine (part of the engine cache key and of the metadata)."""
         return {"workspace": self.workspace, "builder_opt_level": self.builder_opt_level,
                 "hardware_compat": self.hardware_compat, "version_compat": self.version_compat}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 

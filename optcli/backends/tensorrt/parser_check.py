@@ -17,12 +17,29 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.backends.tensorrt.toolkit import TOOLKITS, Toolkit
 
 MARKER = "OPTCLI_PARSER_CHECK "
 TIMEOUT_S = 600.0
+
+
+class ParserIssueJSON(TypedDict):
+    """One parser error, by its node in the original graph (-1: about the whole model)."""
+
+    node: int
+    node_name: str
+    op: str
+    message: str
+
+
+class ChildAnswer(TypedDict, total=False):
+    """What the parser child prints: the version and issues, or the error that stopped it."""
+
+    version: str
+    issues: list[ParserIssueJSON]
+    error: str
 
 
 @dataclass
@@ -31,7 +48,7 @@ class ParserAnswer:
 
     toolkit: Toolkit
     version: str | None = None
-    issues: list[dict[str, Any]] = field(default_factory=list)   # {node, node_name, op, message}
+    issues: list[ParserIssueJSON] = field(default_factory=list)
     failure: str | None = None
 
     @property
@@ -90,7 +107,7 @@ def clean_message(desc: str) -> str:
     return _WHERE.sub(")", text).replace("))", ")").strip()
 
 
-def parse_issues(trt: Any, path: Path, rounds: int = MAX_ROUNDS) -> list[dict[str, Any]]:
+def parse_issues(trt: Any, path: Path, rounds: int = MAX_ROUNDS) -> list[ParserIssueJSON]:
     """Parse `path` into a strongly typed network with `trt`: the parser's errors by node (index and name
     in the original graph), over up to `rounds` parses (see MAX_ROUNDS)."""
     from optcli.backends.tensorrt.builder import ParserFailure, create_network, parse_onnx
@@ -99,7 +116,7 @@ def parse_issues(trt: Any, path: Path, rounds: int = MAX_ROUNDS) -> list[dict[st
     logger = make_logger(trt)
     trt.init_libnvinfer_plugins(logger, "")
     builder = trt.Builder(logger)
-    issues: list[dict[str, Any]] = []
+    issues: list[ParserIssueJSON] = []
     model: Any = None
     origin: list[int] = []        # node position in `model` -> index in the original graph
     for _ in range(rounds):
@@ -157,7 +174,7 @@ def _cut(model: Any, positions: list[int]) -> None:
         graph.node.remove(node)
 
 
-def _child(module: str, model: str) -> dict[str, Any]:
+def _child(module: str, model: str) -> ChildAnswer:
     if module not in {t.module for t in TOOLKITS}:  # only the bindings optcli knows are ever imported
         return {"error": f"unknown parser module {module!r}"}
     try:

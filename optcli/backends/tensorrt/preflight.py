@@ -29,9 +29,9 @@ source):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from optcli.backends.tensorrt.onnx_support import (
     NEWER_OPS,
@@ -42,6 +42,9 @@ from optcli.backends.tensorrt.onnx_support import (
     opset_window,
     supports_newer_ops,
 )
+
+if TYPE_CHECKING:
+    from onnx import TensorProto
 
 # ONNX TensorProto element type -> the names operators.md uses. DOUBLE is accepted: "TensorRT will
 # attempt to cast DOUBLE down to FLOAT" (operators.md notes), so it is checked as FP32.
@@ -68,6 +71,15 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 _NO_INPUT_TYPE_CHECK = ("ConstantOfShape", "NonZero")
 
 
+class FindingJSON(TypedDict):
+    node: int | None
+    node_name: str
+    op: str
+    rule: str
+    reason: str
+    source: str
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing TensorRT's parser would refuse: where (node index, name, op), why, and the rule's source."""
@@ -84,8 +96,9 @@ class Finding:
                  else f"node {self.node}" + (f" {self.node_name!r}" if self.node_name else ""))
         return f"{where} ({self.op or '-'}): {self.reason} [{self.rule}; {self.source}]"
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> FindingJSON:
+        return FindingJSON(node=self.node, node_name=self.node_name, op=self.op, rule=self.rule, reason=self.reason,
+                           source=self.source)
 
 
 class _Graph:
@@ -111,7 +124,7 @@ class _Graph:
         for name, init in self.initializers.items():
             self.types[name] = init.data_type
             self.shapes[name] = tuple(init.dims)
-        self.constants: dict[str, Any] = dict(self.initializers)
+        self.constants: dict[str, TensorProto | None] = dict(self.initializers)
         for node in g.node:
             if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
                 value = next((a.t for a in node.attribute if a.name == "value"), None)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from optcli.environment import gpu_name
 from optcli.errors import MissingDependencyError, OptcliError
@@ -28,6 +28,23 @@ PROBE_TIMEOUT_S = 180.0
 INSTALL_HINT = ("on a machine with an NVIDIA GPU and driver: pip install 'optcli[tensorrt]' and a CUDA build of "
                 "torch (tensorrt is for CUDA 13; beside a CUDA 12 torch: optcli[tensorrt-cu12]; see docs/tensorrt.md); "
                 "or build for the CPU with --target cpu")
+
+
+class ProbeFacts(TypedDict, total=False):
+    """What the probe child prints (one JSON line after MARKER); each key only where it was found out."""
+
+    python: str
+    nvidia_smi_gpu: str | None
+    tensorrt: str | None
+    tensorrt_cuda: str | None
+    tensorrt_error: str
+    torch: str
+    torch_cuda: str | None
+    torch_error: str
+    cuda_device: str
+    compute_capability: str
+    builder: bool
+    builder_error: str
 
 
 @dataclass(frozen=True)
@@ -41,7 +58,7 @@ class TensorRTStatus:
     tensorrt_version: str | None = None
     torch_cuda: str | None = None           # torch.version.cuda where torch can see the GPU
     tensorrt_cuda: str | None = None        # the CUDA major TensorRT was built for (its wheel's cuXX)
-    facts: dict[str, Any] = field(default_factory=dict, compare=False)
+    facts: ProbeFacts = field(default_factory=lambda: ProbeFacts(), compare=False)
 
     def summary(self) -> str:
         if self.usable:
@@ -83,7 +100,7 @@ def _below_minimum(cc: str, tensorrt_version: str) -> bool:
     return major >= 10 and have < MIN_COMPUTE_CAPABILITY
 
 
-def _interpret(facts: dict[str, Any]) -> TensorRTStatus:
+def _interpret(facts: ProbeFacts) -> TensorRTStatus:
     """Turn the child's facts into a status with the missing pieces named."""
     missing: list[str] = []
     gpu = facts.get("cuda_device") or facts.get("nvidia_smi_gpu")
@@ -157,8 +174,8 @@ def tensorrt_status() -> TensorRTStatus:
 
 
 # -- the child ---------------------------------------------------------------------------------
-def _child_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {"python": sys.version.split()[0], "nvidia_smi_gpu": gpu_name()}
+def _child_facts() -> ProbeFacts:
+    facts: ProbeFacts = {"python": sys.version.split()[0], "nvidia_smi_gpu": gpu_name()}
     trt: Any = None
     try:
         import tensorrt

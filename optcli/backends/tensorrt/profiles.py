@@ -13,13 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from optcli.backends.tensorrt.options import Batch
 from optcli.errors import UsageError
 from optcli.tensor_spec import TensorSpec, format_shape
 
 Shape = tuple[int, ...]
+
+
+class ProfileJSON(TypedDict):
+    """An InputProfile in model.engine.json and in the engine cache key."""
+
+    name: str
+    min: list[int]
+    opt: list[int]
+    max: list[int]
+    dynamic_axes: NotRequired[list[int]]   # always written; absent from the oldest files
 
 
 @dataclass(frozen=True)
@@ -37,12 +47,12 @@ class InputProfile:
     def dynamic(self) -> bool:
         return bool(self.dynamic_axes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProfileJSON:
         return {"name": self.name, "min": list(self.min), "opt": list(self.opt), "max": list(self.max),
                 "dynamic_axes": list(self.dynamic_axes)}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> InputProfile:
+    def from_json(cls, d: ProfileJSON) -> InputProfile:
         return cls(d["name"], tuple(d["min"]), tuple(d["opt"]), tuple(d["max"]), tuple(d.get("dynamic_axes", ())))
 
     def accepts(self, shape: Iterable[int]) -> bool:
@@ -158,5 +168,5 @@ def check_batches(profiles: list[InputProfile], batches: dict[str, int], explici
                     hint=hint)
 
 
-def profiles_json(profiles: list[InputProfile]) -> list[dict[str, Any]]:
+def profiles_json(profiles: list[InputProfile]) -> list[ProfileJSON]:
     return [p.to_json() for p in profiles]

@@ -30,6 +30,7 @@ Never run on a real GPU by its author: see docs/tensorrt.md for what was verifie
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 
 from optcli.backends.tensorrt import handles, io_types
 from optcli.backends.tensorrt.engine_loader import load_engine, tensor_spec
-from optcli.backends.tensorrt.handles import Context, Handle, Shape, shape_key
+from optcli.backends.tensorrt.handles import Context, Feed, Handle, Shape, shape_key
 from optcli.backends.tensorrt.logger import make_logger
 from optcli.backends.tensorrt.toolkit import TENSORRT
 from optcli.errors import UsageError
@@ -102,7 +103,7 @@ class TensorRTRunner(Runner):
         return cls(EngineCache(root).entry(key), **options)
 
     @property
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, str | bool | int | None]:
         return {"device": self.torch.cuda.get_device_name(self.device), "tensorrt": str(self.trt.__version__),
                 "cuda_graph": self.cuda_graph, "cuda_graph_note": self.graph_note, "outputs": self.output_mode,
                 "concurrency": self.concurrency}
@@ -199,7 +200,7 @@ class TensorRTRunner(Runner):
                                           "--input NAME:MIN/OPT/MAX)")
 
     def _set_shapes(self, slot: Handle, ctx: Context, shapes: dict[str, Shape],
-                    values: dict[str, Any] | None = None) -> None:
+                    values: Mapping[str, Feed] | None = None) -> None:
         """Set input shapes (and shape-tensor values, which TensorRT reads from host memory) on `ctx`
         and read the output shapes they give; those are remembered per key."""
         self._check_range(shapes)
@@ -226,7 +227,7 @@ class TensorRTRunner(Runner):
             self._buffer(slot, name, _numel(shape))
         ctx.shapes, ctx.out_shapes, ctx.key = dict(shapes), out_shapes, key
 
-    def _context_for(self, slot: Handle, shapes: dict[str, Shape], values: dict[str, Any]) -> Context:
+    def _context_for(self, slot: Handle, shapes: dict[str, Shape], values: Mapping[str, Feed]) -> Context:
         """The context to run these shapes on. Without CUDA graphs: the handle's one context, its shapes
         set when they changed. With them: the context made for this key, or a new one."""
         key = shape_key(shapes, values)
@@ -266,7 +267,7 @@ class TensorRTRunner(Runner):
             raise UsageError(f"input {spec.name!r} is {spec.dtype}: pass it as a torch tensor")
         return _to_numpy(value, spec)
 
-    def _run(self, handle: Handle, feeds: dict[str, Any]) -> list[Any]:
+    def _run(self, handle: Handle, feeds: dict[str, Feed]) -> list[Any]:
         torch, slot = self.torch, handle
         shapes = {s.name: tuple(int(d) for d in feeds[s.name].shape) for s in self.inputs}
         values = {n: feeds[n] for n in self._value_inputs}

@@ -5,7 +5,6 @@ and GPU must match the engine's."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from optcli.backends.tensorrt.engine_metadata import read_engine_metadata
 from optcli.deploy.triton_backend import ServedModel, TritonBackend, TritonOptions
@@ -69,7 +68,7 @@ class TensorRTTriton(TritonBackend):
             if min_batch > 1:
                 notes.append(f"the engine's profile starts at batch {min_batch}: smaller batches will be rejected")
 
-    def instance_group(self, model: ServedModel, group: dict[str, Any]) -> None:
+    def instance_group(self, model: ServedModel, group: dict[str, object]) -> None:
         if len(model.profiles) > 1:
             # Let Triton pick the best of the engine's profiles per batch (otherwise it uses profile 0 only).
             group["profile"] = [str(i) for i in range(len(model.profiles))]

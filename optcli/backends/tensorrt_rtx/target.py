@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from optcli.backends.tensorrt.toolkit import TENSORRT_RTX
 from optcli.errors import DeviceUnavailableError, MissingDependencyError, OptcliError
@@ -28,8 +28,17 @@ class RTXBuilderUnavailableError(OptcliError):
     exit_code = MissingDependencyError.exit_code
 
 
+class RTXFacts(TypedDict, total=False):
+    """What the probe child found (version, builder, error), with whether the bindings are installed."""
+
+    installed: bool
+    version: str
+    builder: bool
+    error: str
+
+
 @functools.lru_cache(maxsize=1)
-def builder_facts() -> dict[str, Any]:
+def builder_facts() -> RTXFacts:
     """{"version", "builder": bool, "error"} from the child; {"installed": False} without the bindings."""
     if not TENSORRT_RTX.installed():
         return {"installed": False}
@@ -89,17 +98,17 @@ def require_rtx_gpu(path: Path) -> None:
 
 
 # -- the child ---------------------------------------------------------------------------------
-def _child_facts() -> dict[str, Any]:
+def _child_facts() -> RTXFacts:
     try:
         import tensorrt_rtx_bindings as trt
     except Exception as exc:  # ImportError, or OSError from its libraries
         return {"builder": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    facts: dict[str, Any] = {"version": str(trt.__version__)}
+    facts: RTXFacts = {"version": str(trt.__version__)}
     try:
         builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
         facts["builder"] = builder is not None and builder.create_network(0) is not None
     except Exception as exc:
-        facts.update(builder=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        facts.update({"builder": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
     return facts
 
 
