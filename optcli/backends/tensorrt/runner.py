@@ -103,7 +103,7 @@ class TensorRTRunner(Runner):
         return cls(EngineCache(root).entry(key), **options)
 
     @property
-    def settings(self) -> dict[str, str | bool | int | None]:
+    def settings(self) -> dict[str, object]:
         return {"device": self.torch.cuda.get_device_name(self.device), "tensorrt": str(self.trt.__version__),
                 "cuda_graph": self.cuda_graph, "cuda_graph_note": self.graph_note, "outputs": self.output_mode,
                 "concurrency": self.concurrency}
