@@ -125,10 +125,11 @@ def _float_route(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) 
         return Route(planned=planned, details={**details, "because": "no candidate starts from the exporter's graph: "
                                                                "the stages' graph is the artifact"})
     details["from_exporters_graph"] = fresh
-    return Route("onnxruntime optimizes at load what simplify and fuse do offline (its latency on the exporter's, "
-                 "the simplified and the fused graph: 1.00 / 0.99 / 0.96x on BERT-base, 1.00 / 1.10 / 1.04x on "
-                 "MiniLM, 1.00 / 1.00 / 1.00x on ResNet-50) and OpenVINO starts from the exporter's graph, so "
-                 "onnxruntime's candidate starts from it too", details,
+    # The evidence (onnxruntime's latency on the exporter's, the simplified and the fused graph: within noise on
+    # BERT-base, MiniLM and ResNet-50) is in docs/openvino.md, "The route": figures stay out of messages.
+    return Route("onnxruntime optimizes at load what simplify and fuse do offline, and OpenVINO starts from the "
+                 "exporter's graph, so onnxruntime's candidate starts from it too (docs/openvino.md, \"The route\")",
+                 details,
                  stage_note="onnxruntime does this itself at load and OpenVINO starts from the exporter's graph",
                  stages=FLOAT_ROUTE, planned=planned)
 
