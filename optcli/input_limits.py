@@ -5,8 +5,9 @@ Two kinds of bound:
 - a dynamic dim that still has a ceiling: an unpadded artifact (docs/unpad.md) takes any sequence length
   up to the S it was exported at, because its position constants stay S long. Its graph declares dim 1
   symbolic, so nothing refused a longer input before the runtime did, deep inside (onnxruntime: "Add node
-  ... broadcast", a raw message naming a node of the graph). The unpad rewrite records S for each
-  sequence input in the graph's metadata under MAX_DIMS_KEY ({input: {axis: most}}); ONNX Runtime's
+  ... broadcast", a raw message naming a node of the graph); likewise a dynamic-sequence export past its
+  position table (max_position_embeddings). The unpad rewrite records S, and the export the position limit,
+  for each sequence input in the graph's metadata under MAX_DIMS_KEY ({input: {axis: most}}); ONNX Runtime's
   session gives the metadata back, and OpenVINO's converter keeps it in the IR's rt_info under
   "framework".
 
@@ -77,7 +78,7 @@ def check_bounds(spec: TensorSpec, shape: tuple[int, ...], bounds: Mapping[int, 
 def too_large(spec: TensorSpec, shape: tuple[int, ...], axis: int, most: int, fixed: bool) -> UsageError:
     """The one-line error for dim `axis` of an input over `most`, with the way out for that kind of dim."""
     given = int(shape[axis])
-    takes = f"exactly {most} (a fixed dim)" if fixed else f"at most {most} (the length it was exported at)"
+    takes = f"exactly {most} (a fixed dim)" if fixed else f"at most {most} (the positions its graph holds)"
     if axis == 0:
         return UsageError(f"input {spec.name!r} has a batch of {given} (shape {format_shape(shape)}); this artifact "
                           f"takes {takes}",
@@ -87,7 +88,7 @@ def too_large(spec: TensorSpec, shape: tuple[int, ...], axis: int, most: int, fi
         return UsageError(f"input {spec.name!r} is {given} long (shape {format_shape(shape)}); this artifact takes "
                           f"{takes}",
                           hint=f"truncate it to {most} (a tokenizer's max_length={most}), or re-export the model "
-                               "with a longer fixed length or a dynamic sequence axis")
+                               "with a longer fixed length or a dynamic sequence axis (up to its position table)")
     return UsageError(f"input {spec.name!r} has {given} on dim {axis} (shape {format_shape(shape)}); this artifact "
                       f"takes {takes} there",
                       hint=f"resize or crop it to {most}, or re-export the model with a larger fixed size or a "

@@ -30,6 +30,7 @@ from optcli.backends.torch.export_errors import environment_fault, last_line, so
 from optcli.backends.torch.loader import TorchModel, needs_torchscript_exporter
 from optcli.cpu.options import cpu_config
 from optcli.errors import StageError, disk_full
+from optcli.input_limits import record_max_dims
 from optcli.onnx_model import has_symbolic_batch, load_onnx, near_protobuf_limit, save_onnx
 from optcli.optional_imports import require
 from optcli.plan.build_choice import builds_on_cpu
@@ -158,6 +159,8 @@ class ExportStage(Stage):
                     continue
                 if seq:
                     record_lengths(model, example_lengths(self.ctx.inputs, seq))
+                if seq and seq.limit:  # the position table's length: a longer input is refused by name, not
+                    record_max_dims(model, {name: {1: seq.limit} for name in seq.inputs})  # deep in a runtime
                 external = save_onnx(model, out)
                 verify = self._verify(out, torch, static=cfg.static_batch, seq=seq)
             except StageError as exc:
