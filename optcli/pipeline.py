@@ -253,7 +253,7 @@ class Pipeline:
                 record.seconds = round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
                 t_measure = time.perf_counter()
-                accuracy = AccuracyResult.from_json(result.accuracy) if result.accuracy is not None else None
+                accuracy = AccuracyResult.of(result.accuracy) if result.accuracy is not None else None
                 self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, accuracy,
                                           self._row_setting(stage, later, result.artifact))
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
@@ -344,7 +344,7 @@ class Pipeline:
     def _apply_gate(self, stage: Stage, record: StageReport) -> None:
         if record.accuracy is None:
             return
-        message = stage.gate(record.accuracy.to_json())
+        message = stage.gate(record.accuracy.summary())
         if message:
             record.details.gate = GateResult(passed=False, message=message)
             raise AccuracyError(f"{stage.name}: {message}",

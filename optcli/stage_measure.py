@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from optcli.accuracy import compare_outputs
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.config import CompileConfig
@@ -95,7 +96,7 @@ class Measurements:
         return {"feeds": feeds, "outputs": outs, "kind": kind}
 
     def accuracy(self, ctx: StageContext, artifact: Artifact, reference: dict[str, Any],
-                 runner: Any = None, optimization: str = "all") -> dict[str, Any]:
+                 runner: Any = None, optimization: str = "all") -> AccuracySummary:
         """The artifact's outputs against the reference's; on `runner` where one is open (not released here),
         else on one at `optimization`."""
         own = runner is None
@@ -204,7 +205,7 @@ class Measurements:
                 shared = self.artifact_runner(ctx, after, setting)
             lat_after = self.latency(ctx, after, setting, full=stage.builds_deployable, runner=shared)
             record.accuracy = accuracy if accuracy is not None else \
-                AccuracyResult.from_json(self.accuracy(ctx, after, reference, runner=shared))
+                AccuracyResult.of(self.accuracy(ctx, after, reference, runner=shared))
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
         finally:
