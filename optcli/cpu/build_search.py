@@ -120,7 +120,7 @@ class CpuBuild(BuildWork):
             return f"nothing to choose: {built[0].name} runs the input as it is ({why})"
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         q = config_dict(self.ctx.config.quantize)
         q.update(data_identity(q))
         bench = self.ctx.config.bench

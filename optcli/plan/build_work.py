@@ -39,7 +39,7 @@ class BuildWork(ABC):
     def check_plan(self) -> None:
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return {}
 
     def gate(self, accuracy: AccuracySummary) -> str | None:

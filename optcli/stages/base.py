@@ -106,7 +106,7 @@ class Stage(ABC):
         impossible with the run's inputs and target (found otherwise only when its turn comes)."""
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """Everything besides the input artifact that changes the output; the cache key hashes it."""
         return {}
 
@@ -146,6 +146,6 @@ def registered() -> list[type[Stage]]:
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.name))
 
 
-def config_dict(obj: Any) -> dict[str, Any]:
+def config_dict(obj: Any) -> dict[str, object]:
     """A dataclass config as a JSON-able dict (for fingerprints)."""
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(obj).items()}

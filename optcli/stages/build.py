@@ -60,7 +60,7 @@ class BuildStage(Stage):
     def check_plan(self) -> None:
         self.work.check_plan()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return self.work.fingerprint()
 
     def gate(self, accuracy: AccuracySummary) -> str | None:

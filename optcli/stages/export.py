@@ -104,7 +104,7 @@ class ExportStage(Stage):
             return f"--backend {backend} compiles the PyTorch model itself: no ONNX needed"
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
 
     def _model(self) -> TorchModel:

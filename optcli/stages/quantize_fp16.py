@@ -48,7 +48,7 @@ class QuantizeFp16Stage(Stage):
         a = self.ctx.config.accuracy
         return effective("fp16", a.cosine, a.max_abs, a.top1)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         from optcli.calibration.identity import data_identity
 
         q = config_dict(self.ctx.config.quantize)

@@ -37,7 +37,7 @@ class QuantizeInt8Stage(Stage):
         a = self.ctx.config.accuracy
         return effective("int8", a.cosine, a.max_abs, a.top1)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         from optcli.calibration.identity import data_identity
         from optcli.quantize import flavour
 

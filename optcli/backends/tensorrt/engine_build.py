@@ -115,7 +115,7 @@ class EngineBuild(BuildWork):
             raise UsageError(f"--hardware-compat and --version-compat are TensorRT options; {self.toolkit().label} "
                              "engines run on any RTX GPU of compute 8.0+ without them", hint="drop those flags")
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         cfg = self.options()
         return {"build": cfg.build_options(), "batch": cfg.batch, "max_seq": cfg.max_seq,
                 "pins": [{**p.to_json(), "profile": p.profile} for p in self.ctx.config.inputs],
