@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.errors import model_error_line
 from optcli.stages import Stage, StageContext
+
+if TYPE_CHECKING:
+    from optcli.stage_measure import Reference
 
 # How far a measurement may drift from its record and still be the same artifact: the reference is the
 # user's model now (the record's held-out figures were against the FP32 ONNX, ~1e-6 away), and the
@@ -54,7 +57,7 @@ def user_model_outputs(ctx: StageContext, samples: Any) -> list[np.ndarray]:
 
 
 def measure_again(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-                  reference: Mapping[str, object], optimization: str) -> AccuracySummary:
+                  reference: Reference, optimization: str) -> AccuracySummary:
     """The reused artifact's accuracy now, against the user's model (see the module's docstring), at the
     setting its row was measured at (the same session as then: an untouched entry measures as recorded)."""
     rows = stage.heldout_rows(before)
@@ -96,7 +99,7 @@ def disagreement(fresh: Mapping[str, object], recorded: Mapping[str, object]) ->
 
 
 def recheck(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-            reference: Mapping[str, object], recorded: Any,
+            reference: Reference, recorded: Any,
             optimization: str) -> tuple[AccuracySummary | None, str | None]:
     """(the accuracy measured now, None) for an entry that holds; (None, why) for one to rebuild."""
     if not isinstance(recorded, dict) or any(_number(recorded.get(k)) is None for k in FIGURES):
