@@ -1,9 +1,9 @@
 """Accuracy of an artifact's outputs against the FP32 reference: error, cosine, top-1 agreement."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from optcli.accuracy_summary import AccuracySummary, OutputSummary
 
 # An output whose largest magnitude is below this is numerically zero for float32 (its values live in
 # or near the subnormal range, where few mantissa bits are left): cosine there is rounding noise (a
@@ -19,7 +19,7 @@ FLOAT32_EPS = float(np.finfo(np.float32).eps)
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
-def within_float32_resolution(entry: dict[str, Any]) -> bool:
+def within_float32_resolution(entry: OutputSummary) -> bool:
     """An output (an entry of compare_outputs' `outputs`) whose largest error is below what float32 can
     tell apart at the output's own scale: one ulp of its largest magnitude, or the smallest normal float32,
     whichever is larger. Such outputs are equal as float32 computes them, whatever their cosine says
@@ -27,7 +27,7 @@ def within_float32_resolution(entry: dict[str, Any]) -> bool:
     return bool(entry["finite"]) and entry["max_abs_err"] <= max(FLOAT32_EPS * entry["scale"], FLOAT32_TINY)
 
 
-def float32_mismatch(summary: dict[str, Any], cosine: float, max_abs_rel: float) -> str | None:
+def float32_mismatch(summary: AccuracySummary, cosine: float, max_abs_rel: float) -> str | None:
     """Why outputs differ beyond float32 rounding, judged per output at its own scale, or None: an output
     within float32 resolution is equal; any other needs a cosine of at least `cosine` and a max abs error of
     at most `max_abs_rel` x its largest magnitude (x 1 for an output that is all zeros). For the export
@@ -58,7 +58,7 @@ def _cosines(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     return cos
 
 
-def _cosine_is_noise(entry: dict[str, Any]) -> bool:
+def _cosine_is_noise(entry: OutputSummary) -> bool:
     """A numerically zero output matched to within NUMERIC_ZERO: its cosine measures rounding alone."""
     return bool(entry.get("negligible")) and entry["max_abs_err"] < NUMERIC_ZERO
 
@@ -89,13 +89,13 @@ def _valid_only(arr: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
 
 
 def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], names: list[str],
-                    labels: np.ndarray | None = None, valid: np.ndarray | None = None) -> dict[str, Any]:
+                    labels: np.ndarray | None = None, valid: np.ndarray | None = None) -> AccuracySummary:
     """Per-output and worst-case accuracy figures; outputs are paired with the reference by position.
     `valid` (batch x sequence, from sequence_mask) restricts outputs with a sequence axis to the
     positions that hold tokens."""
     if len(reference) != len(outputs):
         raise ValueError(f"{len(outputs)} outputs but the reference has {len(reference)}")
-    per_output: dict[str, Any] = {}
+    per_output: dict[str, OutputSummary] = {}
     for name, ref, got in zip(names, reference, outputs):
         ref64 = _valid_only(np.asarray(ref, dtype=np.float64), valid)
         got64 = _valid_only(np.asarray(got, dtype=np.float64), valid)
@@ -105,7 +105,7 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
         err = np.abs(ref64 - got64)
         cos = _cosines(ref64, got64)
         scale = float(np.abs(ref64).max()) if ref64.size else 0.0
-        entry: dict[str, Any] = {
+        entry: OutputSummary = {
             "scale": scale,
             "negligible": scale < NUMERIC_ZERO,
             "max_abs_err": float(err.max()) if err.size else 0.0,
@@ -121,7 +121,7 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
                 entry["top1_accuracy_reference"] = float((ref64.argmax(1) == labels).mean())
         per_output[name] = entry
     judged = [e for e in per_output.values() if not _cosine_is_noise(e)]
-    summary: dict[str, Any] = {
+    summary: AccuracySummary = {
         "max_abs_err": max((e["max_abs_err"] for e in per_output.values()), default=0.0),
         "cosine_min": min((e["cosine_min"] for e in judged), default=1.0),
         "cosine_mean": min((e["cosine_mean"] for e in judged), default=1.0),
@@ -138,7 +138,7 @@ def compare_outputs(reference: list[np.ndarray], outputs: list[np.ndarray], name
     return summary
 
 
-def budget_used(summary: dict[str, Any], cosine: float | None, max_abs: float | None,
+def budget_used(summary: AccuracySummary, cosine: float | None, max_abs: float | None,
                 top1: float | None) -> float | None:
     """How much of the tolerance the worst output used: 0 exact, 1 at the limit (the largest over the
     bounds given: 1 - cosine against 1 - the cosine bound, the max abs error against its bound, ...).
@@ -160,7 +160,7 @@ def budget_used(summary: dict[str, Any], cosine: float | None, max_abs: float | 
     return max(used) if used else None
 
 
-def check_tolerance(summary: dict[str, Any], cosine: float | None, max_abs: float | None,
+def check_tolerance(summary: AccuracySummary, cosine: float | None, max_abs: float | None,
                     top1: float | None) -> str | None:
     """The first figure that misses its tolerance, as a message naming the output; else None."""
     for name, e in summary.get("outputs", {}).items():
@@ -181,7 +181,7 @@ SAME_FUNCTION_COSINE = 0.9999
 SAME_FUNCTION_MAX_ABS_REL = 1e-3  # of the output's own largest magnitude
 
 
-def same_function(summary: dict[str, Any]) -> str | None:
+def same_function(summary: AccuracySummary) -> str | None:
     """Why outputs do not match the reference to float32 rounding (an output's cosine, or its max abs error
     relative to its scale), naming the output; else None."""
     for name, e in summary.get("outputs", {}).items():

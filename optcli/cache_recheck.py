@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.errors import model_error_line
 from optcli.stages import Stage, StageContext
+
+if TYPE_CHECKING:
+    from optcli.stage_measure import Reference
 
 # How far a measurement may drift from its record and still be the same artifact: the reference is the
 # user's model now (the record's held-out figures were against the FP32 ONNX, ~1e-6 away), and the
@@ -53,7 +57,7 @@ def user_model_outputs(ctx: StageContext, samples: Any) -> list[np.ndarray]:
 
 
 def measure_again(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-                  reference: Mapping[str, object], optimization: str) -> dict[str, object]:
+                  reference: Reference, optimization: str) -> AccuracySummary:
     """The reused artifact's accuracy now, against the user's model (see the module's docstring), at the
     setting its row was measured at (the same session as then: an untouched entry measures as recorded)."""
     rows = stage.heldout_rows(before)
@@ -95,8 +99,8 @@ def disagreement(fresh: Mapping[str, object], recorded: Mapping[str, object]) ->
 
 
 def recheck(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, made: Artifact,
-            reference: Mapping[str, object], recorded: Any,
-            optimization: str) -> tuple[dict[str, object] | None, str | None]:
+            reference: Reference, recorded: Any,
+            optimization: str) -> tuple[AccuracySummary | None, str | None]:
     """(the accuracy measured now, None) for an entry that holds; (None, why) for one to rebuild."""
     if not isinstance(recorded, dict) or any(_number(recorded.get(k)) is None for k in FIGURES):
         return None, "its record has no accuracy figures"
@@ -104,5 +108,6 @@ def recheck(measure: Any, ctx: StageContext, stage: Stage, before: Artifact, mad
         fresh = measure_again(measure, ctx, stage, before, made, reference, optimization)
     except Exception as exc:  # it does not even run: a runtime or a shape check says so, in any type
         return None, f"its artifact does not run: {model_error_line(exc)}"
-    why = disagreement(fresh, recorded) or stage.reuse_check({**recorded, **fresh})
+    # the record's notes (a deferred gate) under the figures measured now
+    why = disagreement(fresh, recorded) or stage.reuse_check(cast("AccuracySummary", {**recorded, **fresh}))
     return (None, why) if why else (fresh, None)

@@ -38,7 +38,7 @@ from optcli.report import (
     details_from_json,
 )
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
-from optcli.stage_measure import Measurements
+from optcli.stage_measure import Measurements, Reference
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
 from optcli.tensor_spec import TensorSpec, merge_pinned, with_batch
@@ -232,7 +232,7 @@ class Pipeline:
         report.write(self.out)
 
     def _run_stage(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact,
-                   stage_dir: Path, reference: dict[str, Any], later: list[Stage]) -> Artifact:
+                   stage_dir: Path, reference: Reference, later: list[Stage]) -> Artifact:
         self._complete_plan(ctx, stage, artifact)
         reason = stage.skip_reason(artifact)
         if reason:
@@ -253,7 +253,7 @@ class Pipeline:
                 record.seconds = round(time.perf_counter() - t0, 3)
                 self.emit("phase", {"text": f"{stage.name}: measuring"})
                 t_measure = time.perf_counter()
-                accuracy = AccuracyResult.from_json(result.accuracy) if result.accuracy is not None else None
+                accuracy = AccuracyResult.of(result.accuracy) if result.accuracy is not None else None
                 self.measure.around_stage(ctx, stage, record, artifact, result.artifact, reference, accuracy,
                                           self._row_setting(stage, later, result.artifact))
                 record.measure_seconds = round(time.perf_counter() - t_measure, 3)
@@ -277,7 +277,7 @@ class Pipeline:
         return self._declined(record, artifact, out)
 
     def _reuse(self, ctx: StageContext, stage: Stage, record: StageReport, artifact: Artifact, stage_dir: Path,
-               cached: dict[str, Any], reference: dict[str, Any], later: list[Stage]
+               cached: dict[str, Any], reference: Reference, later: list[Stage]
                ) -> tuple[Artifact | None, str | None]:
         """(the cached stage's artifact, None), or (None, why) where its artifact, measured again against the
         user's model, is not what the stage makes or its record says: the stage is then rebuilt
@@ -344,7 +344,7 @@ class Pipeline:
     def _apply_gate(self, stage: Stage, record: StageReport) -> None:
         if record.accuracy is None:
             return
-        message = stage.gate(record.accuracy.to_json())
+        message = stage.gate(record.accuracy.summary())
         if message:
             record.details.gate = GateResult(passed=False, message=message)
             raise AccuracyError(f"{stage.name}: {message}",

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from optcli.artifact import Artifact, sha256_file
 from optcli.atomic_write import write_text_atomic
@@ -20,12 +20,17 @@ from optcli.report import StageRecord
 from optcli.safe_paths import contained
 from optcli.version import __version__
 
+if TYPE_CHECKING:
+    from optcli.stages.base import Stage
+
 STAGE_RECORD = "stage.json"
 _STRINGS = ("artifact", "sha256", "format", "precision", "backend")
 _DICTS = ("details", "graph", "latency_ms")
 
 
-def cache_key(stage: Any, artifact: Artifact) -> str:
+def cache_key(stage: Stage, artifact: Artifact) -> str:
+    """The stage's cache key for `artifact`: its fingerprint's values are hashed as JSON, a value JSON has no
+    form for (a Path, an enum) by its str()."""
     blob = json.dumps({"stage": stage.name, "optcli": __version__, "input": artifact.sha256,
                        "config": stage.fingerprint(), "target": stage.ctx.target}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()

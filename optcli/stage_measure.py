@@ -4,9 +4,12 @@ final artifact as deployed. The pipeline calls these; stages never measure thems
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypedDict
+
+import numpy as np
 
 from optcli.accuracy import compare_outputs
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.config import CompileConfig
@@ -26,6 +29,14 @@ STAGE_MAX_SECONDS = 1.0
 STAGE_WARMUP_RUNS = 2
 # A full measurement may stop early ([bench] settle) only from this many calls on: its p90 needs them.
 SETTLE_MIN_RUNS_FULL = 20
+
+
+class Reference(TypedDict):
+    """The FP32 reference on the run's fixed random inputs: the inputs, the outputs, and what computed them."""
+
+    feeds: dict[str, np.ndarray]
+    outputs: list[np.ndarray]
+    kind: str  # torch-fp32 (PyTorch eager) or onnx-fp32 (the user's ONNX as given)
 
 
 class Measurements:
@@ -71,7 +82,7 @@ class Measurements:
         return ctx.runners.borrow(artifact.path, artifact.format, **options)
 
     # -- the reference and accuracy ----------------------------------------------------------
-    def reference(self, ctx: StageContext) -> dict[str, Any]:
+    def reference(self, ctx: StageContext) -> Reference:
         """FP32 reference outputs on fixed random inputs: PyTorch eager, or the user's ONNX as given."""
         feeds = random_inputs(ctx.inputs, self.config.accuracy.batch, seed=0, int_high=ctx.int_high)
         runner = self.source_runner(ctx)
@@ -94,8 +105,8 @@ class Measurements:
         kind = "torch-fp32" if ctx.torch_model is not None else "onnx-fp32"
         return {"feeds": feeds, "outputs": outs, "kind": kind}
 
-    def accuracy(self, ctx: StageContext, artifact: Artifact, reference: dict[str, Any],
-                 runner: Any = None, optimization: str = "all") -> dict[str, Any]:
+    def accuracy(self, ctx: StageContext, artifact: Artifact, reference: Reference,
+                 runner: Any = None, optimization: str = "all") -> AccuracySummary:
         """The artifact's outputs against the reference's; on `runner` where one is open (not released here),
         else on one at `optimization`."""
         own = runner is None
@@ -177,7 +188,7 @@ class Measurements:
 
     # -- around a stage, and at the end ------------------------------------------------------
     def around_stage(self, ctx: StageContext, stage: Stage, record: StageReport, before: Artifact, after: Artifact,
-                     reference: dict[str, Any], accuracy: AccuracyResult | None = None,
+                     reference: Reference, accuracy: AccuracyResult | None = None,
                      optimization: str | None = None) -> None:
         """Graph statistics, latency before/after and accuracy into the stage's report, at `optimization`
         (default: the stage's measure_optimization)."""
@@ -204,7 +215,7 @@ class Measurements:
                 shared = self.artifact_runner(ctx, after, setting)
             lat_after = self.latency(ctx, after, setting, full=stage.builds_deployable, runner=shared)
             record.accuracy = accuracy if accuracy is not None else \
-                AccuracyResult.from_json(self.accuracy(ctx, after, reference, runner=shared))
+                AccuracyResult.of(self.accuracy(ctx, after, reference, runner=shared))
         except OptcliError as exc:
             raise StageError(f"the {stage.name} artifact does not run: {exc.message}", hint=exc.hint) from exc
         finally:

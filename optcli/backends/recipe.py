@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from optcli.accuracy_summary import AccuracySummary, headline
 from optcli.backends.registry import ONNX
 from optcli.errors import StageError
 from optcli.plan.stage_names import StageName
@@ -57,7 +58,7 @@ class Candidate:
     path: Path | None = None        # the built model (.onnx, .xml ...)
     runner_options: dict[str, Any] = field(default_factory=dict)
     build: dict[str, Any] = field(default_factory=dict)     # how it was made, build seconds
-    accuracy: dict[str, Any] | None = None
+    accuracy: AccuracySummary | None = None
     failure: str | None = None      # the tolerance it missed, or why it did not build/run
     latency: dict[str, Any] | None = None
     format: str | None = None       # the built model's artifact format
@@ -88,7 +89,7 @@ class Candidate:
         out["runner_options"] = self.runner_options
         if self.accuracy is not None:
             keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy")
-            out["accuracy"] = {k: round(float(self.accuracy[k]), 6) for k in keys if k in self.accuracy}
+            out["accuracy"] = headline(self.accuracy, keys)
         if self.latency is not None:
             out["latency_ms"] = self.latency
         return out

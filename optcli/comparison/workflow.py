@@ -8,7 +8,7 @@ one, the variant's outputs are compared with the fp32 variant's on random inputs
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def _measured_accuracy(candidate: ResolvedArtifact, reference: ResolvedArtifact)
             outs.append((runner.run_normalized(runner.normalize(feeds)), [o.name for o in runner.outputs]))
         finally:
             runner.close()
-    summary = compare_outputs(outs[0][0], outs[1][0], outs[1][1])
+    summary: Mapping[str, object] = compare_outputs(outs[0][0], outs[1][0], outs[1][1])
     return {k: summary[k] for k in _ACC_KEYS if k in summary} | {"reference": "fp32 variant", "samples": 8}
 
 
@@ -116,7 +116,7 @@ def _gate(res: VariantResult, tolerance: dict[str, float]) -> None:
     if res.accuracy is None:
         res.meets_tolerance, res.verdict = False, "no accuracy figure"
         return
-    message = check_tolerance(res.accuracy.to_json(), tolerance.get("cosine"), tolerance.get("max_abs"),
+    message = check_tolerance(res.accuracy.summary(), tolerance.get("cosine"), tolerance.get("max_abs"),
                               tolerance.get("top1"))
     res.meets_tolerance = message is None
     res.verdict = "within tolerance" if message is None else f"misses: {message}"

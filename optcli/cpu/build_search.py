@@ -20,9 +20,10 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from optcli.accuracy import budget_used, check_tolerance
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact, onnx_external_files
 from optcli.backends import registry
 from optcli.backends.recipe import PlanRequest, RecipeContext, newest_float_onnx
@@ -119,7 +120,7 @@ class CpuBuild(BuildWork):
             return f"nothing to choose: {built[0].name} runs the input as it is ({why})"
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         q = config_dict(self.ctx.config.quantize)
         q.update(data_identity(q))
         bench = self.ctx.config.bench
@@ -132,10 +133,10 @@ class CpuBuild(BuildWork):
                 # A search cut short by --time-budget is the answer to that budget only.
                 **({"time_budget": self.ctx.config.time_budget} if self.ctx.config.time_budget else {})}
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         return self.gate(accuracy)  # within this stage's tolerance of the user's model, as when it was built
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         t = self.tolerance()
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
 
@@ -219,7 +220,7 @@ class CpuBuild(BuildWork):
         leftover = workdir / UNPADDED_SOURCE
         if leftover.exists() and not cfg.keep_candidates:
             leftover.unlink()
-        accuracy = dict(chosen.accuracy or {})
+        accuracy: AccuracySummary = {**(chosen.accuracy or {})}
         accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
 
@@ -363,7 +364,7 @@ class CpuBuild(BuildWork):
 
     @staticmethod
     def _known_accuracy(cand: Candidate, reference: list, names: list[str], ev: SampleSet,
-                        artifact: Artifact | None, float_art: Artifact | None) -> tuple[dict[str, Any] | None, str]:
+                        artifact: Artifact | None, float_art: Artifact | None) -> tuple[AccuracySummary | None, str]:
         """The candidate's accuracy where running it again would give the same numbers, and whence; else None."""
         from optcli.cpu.measure import reference_accuracy
 
@@ -372,7 +373,7 @@ class CpuBuild(BuildWork):
         known = artifact.meta.get("accuracy") if artifact is not None and cand.path == artifact.path else None
         if isinstance(known, dict) and known.get("judged") == {"reference": float_art.sha256, "eval": ev.digest()}:
             # The INT8 stage judged this very graph against the same FP32 model on the same data.
-            return ({k: v for k, v in known.items() if k != "judged"},
+            return (cast("AccuracySummary", {k: v for k, v in known.items() if k != "judged"}),
                     "the quantize stage (same graph, reference and held-out data)")
         if cand.path == float_art.path and cand.format == registry.ONNX and not cand.runner_options:
             # The candidate is the reference graph, and the reference is its outputs on these rows on the

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from optcli.accuracy import compare_outputs, sequence_mask
+from optcli.accuracy_summary import AccuracySummary
 from optcli.calibration.dataset import SampleSet
 from optcli.latency import median_ci, stats_from_samples
 from optcli.quantize.evaluate import runner_outputs
@@ -23,13 +24,13 @@ from optcli.runtime.base import Runner
 
 
 def runner_accuracy(runner: Runner, reference: list[np.ndarray], names: list[str],
-                    samples: SampleSet) -> dict[str, Any]:
+                    samples: SampleSet) -> AccuracySummary:
     """compare_outputs of the runner against the FP32 reference on `samples` (labels give top-1)."""
     return reference_accuracy(reference, names, samples, runner_outputs(runner, samples))
 
 
 def reference_accuracy(reference: list[np.ndarray], names: list[str], samples: SampleSet,
-                       outputs: list[np.ndarray] | None = None) -> dict[str, Any]:
+                       outputs: list[np.ndarray] | None = None) -> AccuracySummary:
     """compare_outputs of `outputs` (default: the reference's own, for the reference graph itself)
     against the FP32 reference on `samples`, as runner_accuracy reports it."""
     summary = compare_outputs(reference, reference if outputs is None else outputs, names, labels=samples.labels,

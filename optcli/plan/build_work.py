@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from optcli.accuracy_summary import AccuracySummary
     from optcli.artifact import Artifact
     from optcli.config import CompileConfig
     from optcli.stages.base import StageContext, StageResult
@@ -38,16 +39,16 @@ class BuildWork(ABC):
     def check_plan(self) -> None:
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return {}
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         return None
 
     def heldout_rows(self, before: Artifact) -> Any:
         return None
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         from optcli.accuracy import same_function
 
         return same_function(accuracy)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from optcli.artifact import Artifact
+    from optcli.stage_measure import Reference
 
 # (output arrays, output names): what a model computed on a sample set
 Outputs = tuple[list["np.ndarray"], list[str]]
@@ -24,7 +25,7 @@ class RunState:
     # A perf_counter time (--time-budget): the CPU search keeps the best so far past it.
     deadline: float | None = None
     # The FP32 reference the pipeline computed on the run's fixed random inputs.
-    reference: dict[str, Any] | None = None
+    reference: Reference | None = None
     # The run's artifacts by the stage that made them ("source": the user's model), in the order made:
     # later stages read an earlier graph (the exporter's keeps module names a rewrite drops).
     artifacts: dict[str, Artifact] = field(default_factory=dict)

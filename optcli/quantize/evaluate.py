@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from optcli.accuracy import compare_outputs, sequence_mask
+from optcli.accuracy_summary import AccuracySummary
 from optcli.calibration.dataset import SampleSet
 
 Outputs = tuple[list[np.ndarray], list[str]]  # a model's outputs over a sample set, and their names
@@ -124,7 +125,7 @@ def expose_tensors(path: Path, tensors: list[str]) -> Path:
 
 
 def evaluate(candidate: Path, reference_outputs: list[np.ndarray], samples: SampleSet,
-             runner_options: Mapping[str, object] | None = None, pool: Any = None) -> dict[str, Any]:
+             runner_options: Mapping[str, object] | None = None, pool: Any = None) -> AccuracySummary:
     """Accuracy of `candidate` on `samples` against the reference outputs (labels give top-1 accuracy);
     on a session from the run's `pool` where given (the stage's output: its row runs on it next)."""
     outs, names = run_model(candidate, samples, runner_options=runner_options, pool=pool)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
+from optcli.accuracy_summary import AccuracySummary, headline
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, graph_needs
 from optcli.calibration.dataset import SampleSet
@@ -43,13 +44,8 @@ def _quick_latency(path: Path, samples: SampleSet, options: dict[str, Any] | Non
     return round(stats.p50, 4)
 
 
-def _brief(acc: dict[str, Any]) -> dict[str, Any]:
-    keys = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy", "top1_accuracy_reference")
-    return {k: round(acc[k], 6) for k in keys if k in acc}
-
-
 def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = StageName.QUANTIZE_INT8,
-                  defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], dict[str, Any]]:
+                  defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], AccuracySummary]:
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
     `defer_fallback` (the plan's int8_fallback_deferred): on a miss, no fallback search here; build-cpu's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
@@ -86,7 +82,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
     if failure is not None and qz.fp16_base:
         # FP16 cannot hold every model's activations (a random-weights MobileNetV2's outputs are ~1e-26,
         # zero in FP16): before searching units to keep in float, try the float parts in FP32.
-        fp16_missed = {"accuracy": _brief(first), "failure": failure}
+        fp16_missed = {"accuracy": headline(first), "failure": failure}
         qz.fp16_base = False
         counts = qz.write(out, [])
         first = evaluate(out, reference, ev, **session)
@@ -103,7 +99,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
         if excluded:
             counts = qz.write(out, excluded)
         latency["after"] = _quick_latency(out, ev, qz.runner_options) if excluded else latency["before"]
-        fallback.update(accuracy_before=_brief(first), latency_p50_ms_fp32=latency["fp32"],
+        fallback.update(accuracy_before=headline(first), latency_p50_ms_fp32=latency["fp32"],
                         latency_p50_ms_before=latency["before"], latency_p50_ms_after=latency["after"])
         if excluded and latency["after"] >= latency["fp32"]:
             # Float units between INT8 ones cost layout changes and Q/DQ: on ResNet-50 (u8s8) 18
@@ -111,10 +107,10 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
             fallback["warning"] = (f"the result ran no faster than FP32 (p50 {latency['after']} ms vs "
                                    f"{latency['fp32']} ms, a quick measurement): loosen the tolerance, or "
                                    "keep whole blocks in float with --exclude")
-    final_acc = evaluate(out, reference, ev, **session) if excluded else dict(first)
+    final_acc = evaluate(out, reference, ev, **session) if excluded else first.copy()
     final_acc["reference"] = "fp32-onnx"
     if fallback is not None:
-        fallback["accuracy_after"] = _brief(final_acc)
+        fallback["accuracy_after"] = headline(final_acc)
         missed = check_tolerance(final_acc, tol.cosine, tol.max_abs, tol.top1)
         if missed:
             final_acc["fallback_closest"] = closest_summary(fallback)
@@ -135,7 +131,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                **({"fallback_deferred": "to build-cpu: its other INT8 candidates go first; it runs this fallback "
                                         "only if none meets the tolerance (--search fast; thorough runs it here)"}
                   if deferred else {}),
-               "attempts": [{"round": 0, "excluded": len(manual), "accuracy": _brief(first),
+               "attempts": [{"round": 0, "excluded": len(manual), "accuracy": headline(first),
                              "passed": failure is None, **counts}],
                "quantized_nodes": len([c for c in candidates if c not in set(manual) | float_nodes])}
     # caught here, on any machine, not by the target's parser on a GPU
@@ -154,11 +150,15 @@ def fp16_base(ctx: Any, flavour: Any) -> bool:
     return bool(flavour.static and graph_needs(ctx.target).int8_fp16(ctx.config))
 
 
-def judged(accuracy: dict[str, Any], reference_sha: str, ev: SampleSet) -> dict[str, Any]:
+def judged(accuracy: AccuracySummary, reference_sha: str, ev: SampleSet) -> AccuracySummary:
     """The accuracy an artifact was judged at, and against what (the FP32 model, the held-out data): build-cpu
     reuses it for the same artifact instead of running the held-out set again."""
-    kept = {k: v for k, v in accuracy.items() if k not in ("reference", "fallback_closest", "gate_deferred_to")}
-    return {**kept, "judged": {"reference": reference_sha, "eval": ev.digest()}}
+    kept = accuracy.copy()
+    kept.pop("reference", None)
+    kept.pop("fallback_closest", None)
+    kept.pop("gate_deferred_to", None)
+    kept["judged"] = {"reference": reference_sha, "eval": ev.digest()}
+    return kept
 
 
 def user_excludes(ctx: Any, model: Any) -> list[str]:

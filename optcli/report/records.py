@@ -3,9 +3,13 @@ artifact. docs/report-schema.md documents every field (tests/unit/test_report_sc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from optcli.report.enums import Precision
 from optcli.report.json_record import OMIT_NONE, JSONObject, JsonRecord
+
+if TYPE_CHECKING:
+    from optcli.accuracy_summary import AccuracySummary
 
 _ROUNDED = ("p50", "p90", "p99", "mean", "min", "max", "std")
 
@@ -84,6 +88,15 @@ class AccuracyResult(JsonRecord):
     batch: int | None = field(default=None, metadata=OMIT_NONE)
     samples: int | None = field(default=None, metadata=OMIT_NONE)
     data: str | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, summary: AccuracySummary) -> AccuracyResult:
+        """The record of an accuracy summary (optcli/accuracy.py's, with what a stage added)."""
+        return cls.from_json(dict(summary))
+
+    def summary(self) -> AccuracySummary:
+        """Its JSON as the accuracy checks read it (a gate, check_tolerance): the same keys."""
+        return cast("AccuracySummary", self.to_json())
 
     def merged(self, newer: AccuracyResult | None) -> AccuracyResult:
         """This record with what `newer` says on top (a cached record's notes, figures measured now)."""

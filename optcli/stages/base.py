@@ -18,6 +18,7 @@ from optcli.plan.run_state import RunState
 from optcli.report.details import StageDetails
 
 if TYPE_CHECKING:
+    from optcli.accuracy_summary import AccuracySummary
     from optcli.backends.torch.loader import ModelSource, TorchModel
     from optcli.config import CompileConfig
     from optcli.runtime.pool import RunnerPool
@@ -68,7 +69,7 @@ class StageResult:
     details: StageDetails | dict[str, Any] = field(default_factory=dict)
     # A stage that evaluates on real data (the quantize stages) reports that accuracy instead of
     # the pipeline's random-input check.
-    accuracy: dict[str, Any] | None = None
+    accuracy: AccuracySummary | None = None
 
 
 class Stage(ABC):
@@ -105,7 +106,7 @@ class Stage(ABC):
         impossible with the run's inputs and target (found otherwise only when its turn comes)."""
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """Everything besides the input artifact that changes the output; the cache key hashes it."""
         return {}
 
@@ -113,7 +114,7 @@ class Stage(ABC):
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:
         """Do the work, writing only inside `workdir` (a fresh folder renamed into place on success)."""
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         """Return a failure message when `accuracy` misses this stage's tolerance, else None."""
         return None
 
@@ -122,7 +123,7 @@ class Stage(ABC):
         checked again on them (optcli/cache_recheck.py). None: the run's fixed random inputs are its check."""
         return None
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         """Why a reused artifact, measured again against the user's model (`accuracy`), is not one this stage
         makes, or None (optcli/cache_recheck.py). A stage keeps the model's function unless it says otherwise:
         its outputs match the model's to float32 rounding. A stage with a tolerance answers with its gate."""
@@ -145,6 +146,6 @@ def registered() -> list[type[Stage]]:
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.name))
 
 
-def config_dict(obj: Any) -> dict[str, Any]:
+def config_dict(obj: Any) -> dict[str, object]:
     """A dataclass config as a JSON-able dict (for fingerprints)."""
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(obj).items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.plan.build_choice import all_works
 from optcli.plan.build_work import BuildWork
@@ -59,16 +60,16 @@ class BuildStage(Stage):
     def check_plan(self) -> None:
         self.work.check_plan()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return self.work.fingerprint()
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         return self.work.gate(accuracy)
 
     def heldout_rows(self, before: Artifact) -> Any:
         return self.work.heldout_rows(before)
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         return self.work.reuse_check(accuracy)
 
     def run(self, artifact: Artifact, workdir: Path) -> StageResult:

@@ -105,7 +105,7 @@ class ExportStage(Stage):
             return f"--backend {backend} compiles the PyTorch model itself: no ONNX needed"
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return {"export": config_dict(self.ctx.config.export), "inputs": [s.to_json() for s in self.ctx.inputs]}
 
     def _model(self) -> TorchModel:
@@ -132,7 +132,7 @@ class ExportStage(Stage):
         elif tm.exported_program is not None and len(exporters) > 1:
             exporters = ["dynamo"]  # a .pt2 program is not a module the TorchScript exporter can trace
         out = workdir / "model.onnx"
-        attempts: list[dict[str, Any]] = []
+        attempts: list[dict[str, str]] = []
         last: Exception | None = None  # the last exporter's exception: --debug prints its traceback
         broken: str | None = None  # a dependency's removed API, seen in any attempt
         axis = sequence_axis(self.ctx.inputs, self.ctx.config.inputs, tm.module, self.ctx.target)
@@ -204,7 +204,7 @@ class ExportStage(Stage):
                      f"{'' if builds_on_cpu(self.ctx.target) else ' --target cpu'} compiles the PyTorch model itself")
         raise StageError(message, hint=hint) from last
 
-    def _without_onnx(self, artifact: Artifact, workdir: Path, message: str, attempts: list[dict[str, Any]],
+    def _without_onnx(self, artifact: Artifact, workdir: Path, message: str, attempts: list[dict[str, str]],
                       backends: tuple[str, ...], last: Exception | None) -> StageResult:
         """--backend auto after every exporter failed: the torch.export program (.pt2) instead of ONNX, for
         the backends that build from it. A model torch.export cannot take either fails as before."""
@@ -308,13 +308,13 @@ class ExportStage(Stage):
 
         return onnx.load_from_string(buf.getvalue())
 
-    def _verify(self, path: Path, torch: Any, static: bool, seq: SequenceAxis | None) -> dict[str, Any]:
+    def _verify(self, path: Path, torch: Any, static: bool, seq: SequenceAxis | None) -> dict[str, dict[str, float]]:
         """Run the ONNX and PyTorch on the same random inputs, at batch 1 and 2 (one batch if static);
         with a dynamic sequence, the second run at another length."""
         from optcli.backends.onnxruntime.runner import OnnxRuntimeRunner
 
         tm = self._model()
-        results: dict[str, Any] = {}
+        results: dict[str, dict[str, float]] = {}
         runner = OnnxRuntimeRunner(path, optimization="disabled", threads=1)
         try:
             runs: list[tuple[int | None, list[TensorSpec]]] = \

@@ -65,7 +65,7 @@ class FuseStage(Stage):
             return False  # static Q/DQ works on plain MatMuls
         return mode == "on" or looks_like_encoder(ops)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         q = self.ctx.config.quantize
         return {**config_dict(self.ctx.config.fuse), "effective_level": self.level(),
                 "precision": q.precision, "int8_flavour": q.flavour}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.backends.onnxruntime.session_probe import probe
 from optcli.backends.registry import ONNX, graph_needs
@@ -47,16 +48,16 @@ class QuantizeFp16Stage(Stage):
         a = self.ctx.config.accuracy
         return effective("fp16", a.cosine, a.max_abs, a.top1)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         from optcli.calibration.identity import data_identity
 
         q = config_dict(self.ctx.config.quantize)
         return {"quantize": {**q, **data_identity(q)}, "tolerance": self.tolerance().to_json()}
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         return self.gate(accuracy)  # within this stage's tolerance of the user's model, as when it was built
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         t = self.tolerance()
         return check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
 
@@ -73,7 +74,7 @@ class QuantizeFp16Stage(Stage):
         tol = self.tolerance()
         out = workdir / "model.onnx"
         attempts = []
-        acc: dict[str, Any] = {}
+        acc: AccuracySummary = {}
         for block in (None, SENSITIVE_OPS):
             model = load_onnx(artifact.path)
             try:

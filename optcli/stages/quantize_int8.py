@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from optcli.accuracy import check_tolerance
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX
 from optcli.plan.stage_names import StageName
@@ -36,7 +37,7 @@ class QuantizeInt8Stage(Stage):
         a = self.ctx.config.accuracy
         return effective("int8", a.cosine, a.max_abs, a.top1)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         from optcli.calibration.identity import data_identity
         from optcli.quantize import flavour
 
@@ -58,14 +59,15 @@ class QuantizeInt8Stage(Stage):
         specs, _ = io_specs(graph_view(before.path))
         return split_calibration(self.ctx.config.quantize, specs, holdout_needed=True)[1]
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         # Within the tolerance of the user's model, as when it was built; a record's word that build-cpu has
         # the last say (gate_deferred_to) holds only where the plan defers the gate in this run.
         if not self.ctx.plan.int8_gate_deferred:
-            accuracy = {k: v for k, v in accuracy.items() if k != "gate_deferred_to"}
+            accuracy = accuracy.copy()
+            accuracy.pop("gate_deferred_to", None)
         return self.gate(accuracy)
 
-    def gate(self, accuracy: dict[str, Any]) -> str | None:
+    def gate(self, accuracy: AccuracySummary) -> str | None:
         t = self.tolerance()
         failure = check_tolerance(accuracy, t.cosine, t.max_abs, t.top1)
         if failure is None and accuracy.get("int8_ops_after_fallback") == 0:

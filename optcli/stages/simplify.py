@@ -35,7 +35,7 @@ class SimplifyStage(Stage):
             return f"input is {artifact.format}, not ONNX"
         return self.ctx.plan.skip_reason(self.name)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         return {**config_dict(self.ctx.config.simplify), "skipped_optimizers": self.skipped_optimizers()}
 
     def skipped_optimizers(self) -> list[str] | None:

@@ -61,7 +61,7 @@ class UnpadStage(Stage):
         plan = self._plan(artifact)
         return plan if isinstance(plan, str) else None
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         from optcli.calibration.identity import data_identity
 
         q = self.ctx.config.quantize

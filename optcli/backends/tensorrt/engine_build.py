@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from optcli.accuracy_summary import AccuracySummary
 from optcli.artifact import Artifact
 from optcli.backends.registry import ONNX, Backend, for_target, load_object
 from optcli.backends.tensorrt.builder import Machine, obtain_engine
@@ -114,7 +115,7 @@ class EngineBuild(BuildWork):
             raise UsageError(f"--hardware-compat and --version-compat are TensorRT options; {self.toolkit().label} "
                              "engines run on any RTX GPU of compute 8.0+ without them", hint="drop those flags")
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         cfg = self.options()
         return {"build": cfg.build_options(), "batch": cfg.batch, "max_seq": cfg.max_seq,
                 "pins": [{**p.to_json(), "profile": p.profile} for p in self.ctx.config.inputs],
@@ -122,7 +123,7 @@ class EngineBuild(BuildWork):
                 "default_batch": default_batch(self.ctx.config.bench.batch, self.ctx.config.accuracy.batch),
                 "machine": dataclasses.asdict(self.machine())}
 
-    def reuse_check(self, accuracy: dict[str, Any]) -> str | None:
+    def reuse_check(self, accuracy: AccuracySummary) -> str | None:
         """A reused engine within the quantize stages' tolerance for the run's precision; an FP32 engine
         within FP16's (TensorRT may run FP32 matmuls in TF32: not float32 rounding)."""
         from optcli.accuracy import check_tolerance
