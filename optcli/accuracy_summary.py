@@ -50,7 +50,7 @@ class AccuracySummary(TypedDict, total=False):
     gate_deferred_to: str                # the stage whose gate has the last word (build)
     fallback_closest: str                # the fallback's closest result, in one line
     int8_ops_after_fallback: int
-    judged: Judged                       # on an artifact's meta: build-cpu reuses the figures for it
+    judged: Judged                       # on an artifact's meta: the CPU build reuses the figures for it
 
 
 HEADLINE = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy", "top1_accuracy_reference")

@@ -71,7 +71,7 @@ def load_record(stage_dir: Path, key: str) -> dict[str, object] | None:
 
 def cached_artifact(stage_dir: Path, record: Mapping[str, object], stage: str, parent: str) -> Artifact:
     """The artifact of a record load_record returned (well_formed: its strings are strings, its meta a dict)."""
-    # meta's "accuracy" (what the INT8 stage judged, which build-cpu would take as known) is a claim of the
+    # meta's "accuracy" (what the INT8 stage judged, which the CPU build would take as known) is a claim of the
     # file: the pipeline measures a reused artifact again instead (optcli/cache_recheck.py)
     recorded = record.get("meta", {})
     meta = {k: v for k, v in recorded.items() if k != "accuracy"} if isinstance(recorded, dict) else {}

@@ -2,7 +2,7 @@
 
 A backend is a runtime optcli can build for and run on (onnxruntime, openvino, tensorrt, torch). All it
 knows lives in its folder, optcli/backends/<name>/; the rest of optcli (the CLI's `--backend` choices,
-`[cpu] backend` validation, build-cpu's candidates, `optcli.load`, `bench`, `profile`, `compare`,
+`[cpu] backend` validation, the CPU build's candidates, `optcli.load`, `bench`, `profile`, `compare`,
 `export-triton`) asks this module, never compares a format or backend name itself.
 
 How to add a backend `foo` (nothing outside its folder changes but the one line of step 4):
@@ -20,7 +20,7 @@ How to add a backend `foo` (nothing outside its folder changes but the one line 
    `RecipeContext`: the input ONNX and its FP32 lineage, the user's model source and `.pt2` exported
    program where the input was PyTorch, the calibration and evaluation SampleSets, the precision, the
    tolerance and the [cpu] config; it returns a `Built` (path, format, runner options, details)).
-   List them in build order: `cpu_recipes=("optcli.backends.foo.recipes.bar:RECIPE", ...)`. build-cpu
+   List them in build order: `cpu_recipes=("optcli.backends.foo.recipes.bar:RECIPE", ...)`. The CPU build
    gates every candidate on accuracy and measures them all in one interleaved run, whoever built them.
 4. Register it: add "optcli.backends.foo" to BACKEND_MODULES below. That line is the registration; the
    backend then appears in `--backend`, `[cpu] backend`, the runner lookup, load/bench/profile/compare,
@@ -91,12 +91,12 @@ class Backend:
     shapeless: tuple[str, ...] = ()             # formats whose files record no input shapes: pins go to the
                                                 # runner as inputs= (TorchScript)
     device_option: str | None = None            # "module:function" (str | None) -> the runner's device value
-    cpu_recipes: tuple[str, ...] = ()           # "module:RECIPE" CpuRecipe objects, in build-cpu's plan order
+    cpu_recipes: tuple[str, ...] = ()           # "module:RECIPE" CpuRecipe objects, in the CPU build's plan order
     cpu_precisions: tuple[str, ...] = ()        # precisions its CPU recipes can compute in
     cpu_refusals: tuple[tuple[str, str, str], ...] = ()  # (precision, message, hint) when forced to one it lacks
     cpu_facts: str | None = None                # "module:function" (precision, CpuConfig) -> dict: facts its
                                                 # recipes plan with (PlanRequest.facts[name]); pure data after
-    machine_facts: str | None = None            # "module:function" () -> dict build-cpu records about the CPU
+    machine_facts: str | None = None            # "module:function" () -> dict the CPU build records about the CPU
     priors: str | None = None                   # "module:PRIORS" the CPU search's priors for its recipes'
                                                 # candidates (optcli.search.priors.Prior rows, with evidence)
     build_packages: tuple[str, ...] = ()        # other packages whose versions change what its recipes build
@@ -113,7 +113,7 @@ class Backend:
     build_needs_device: bool = False            # building its artifact needs its accelerator here (TensorRT:
                                                 # yes; TensorRT-RTX builds on any machine)
     # What the ONNX stages and export must know of the builder that ends its --target: graph_needs(target)
-    # hands them these. The defaults are the cpu target's (build-cpu's backends, onnxruntime first).
+    # hands them these. The defaults are the cpu target's (the CPU build's backends, onnxruntime first).
     takes_contrib_ops: bool = True              # its builder takes onnxruntime's com.microsoft ops (FusedConv,
                                                 # Attention); False: simplify and fuse keep plain ONNX ops
     int8_flavours: tuple[str, ...] = ()         # the INT8 flavours (optcli.quantize.flavour) it builds, [0] the
@@ -159,7 +159,7 @@ class Backend:
 class GraphNeeds:
     """What the ONNX stages (simplify, fuse, unpad, quantize) and export must know of the builder at the end
     of a --target: its descriptor's fields of the same names (Backend), or these defaults for the cpu target,
-    where build-cpu chooses among the CPU backends from whatever graph the stages wrote."""
+    where the CPU build chooses among the CPU backends from whatever graph the stages wrote."""
 
     label: str = "the CPU backends"             # how messages name the builder
     takes_contrib_ops: bool = True
@@ -217,7 +217,7 @@ def cpu_backends_without_onnx() -> tuple[str, ...]:
 
 
 def cpu_backend_names() -> tuple[str, ...]:
-    """Backends build-cpu can build candidates for: `--backend` and `[cpu] backend` take these (and auto)."""
+    """Backends the CPU build can build candidates for: `--backend` and `[cpu] backend` take these (and auto)."""
     return tuple(b.name for b in all_backends() if b.offers_cpu())
 
 
@@ -273,7 +273,7 @@ def for_folder(folder: Path) -> tuple[Backend, Path] | None:
 
 def for_target(target: str) -> Backend | None:
     """The backend whose build ends the pipeline for --target `target` (tensorrt, tensorrt-rtx), or None
-    (cpu, auto: build-cpu chooses among the CPU backends)."""
+    (cpu, auto: the CPU build chooses among the CPU backends)."""
     return next((b for b in all_backends() if b.target == target), None)
 
 

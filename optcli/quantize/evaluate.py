@@ -39,7 +39,7 @@ def run_model(path: Path, samples: SampleSet, extra_outputs: list[str] | None = 
 
 def reference_outputs(memo: dict[str, Outputs], path: Path, model_sha: str, samples: SampleSet,
                       pool: Any = None, threads: int | None = None) -> Outputs:
-    """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and build-cpu
+    """run_model of the FP32 model, once per (model, samples) in a run: the INT8 stage and the CPU build
     judge against the same FP32 outputs on the same held-out set. `memo` is the run's state.fp32_outputs;
     the session comes from the run's `pool` at the measurements' setting (`threads`: [bench] threads)."""
     cache = memo

@@ -1,11 +1,11 @@
 """INT8 with calibration, an accuracy gate against FP32 on held-out data, and the fallback search that
 keeps the units that break INT8 in float: the work of the quantize-int8 stage, as a function that
-stage and build-cpu (its s8/s8 candidate) both call, so no stage imports another.
+stage and the CPU build (its s8/s8 candidate) both call, so no stage imports another.
 
 Quantize -> evaluate -> if the tolerance holds, done; else the fallback search (quantize/fallback.py)
 finds the compute units to keep in float within --fallback-budget, and the report names them in
 the user's module paths. Missing the tolerance even then: the closest result stays in the folder,
-and with --target cpu build-cpu's own INT8 candidates (NNCF, ...) try before the run gives up.
+and with --target cpu the CPU build's own INT8 candidates (NNCF, ...) try before the run gives up.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _quick_latency(path: Path, samples: SampleSet, options: dict[str, Any] | Non
 def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_name: str = StageName.QUANTIZE_INT8,
                   defer_fallback: bool = False) -> tuple[Artifact, dict[str, Any], AccuracySummary]:
     """The FP32 ONNX `artifact` -> (INT8 artifact in `workdir`, the stage details, its accuracy).
-    `defer_fallback` (the plan's int8_fallback_deferred): on a miss, no fallback search here; build-cpu's other
+    `defer_fallback` (the plan's int8_fallback_deferred): on a miss, no fallback search here; the CPU build's other
     candidates go first and it runs this fallback only if none of them meets the tolerance."""
     q = ctx.config.quantize
     fp32 = workdir / "fp32-named.onnx"
@@ -128,7 +128,7 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                               "reference": "fp32 onnx (the stage input, verified against PyTorch at export)"},
                "tolerance": tol.to_json(), "excluded_by_user": manual, "fallback": fallback,
-               **({"fallback_deferred": "to build-cpu: its other INT8 candidates go first; it runs this fallback "
+               **({"fallback_deferred": "to the CPU build: its other INT8 candidates go first; it runs this fallback "
                                         "only if none meets the tolerance (--search fast; thorough runs it here)"}
                   if deferred else {}),
                "attempts": [{"round": 0, "excluded": len(manual), "accuracy": headline(first),
@@ -151,7 +151,7 @@ def fp16_base(ctx: Any, flavour: Any) -> bool:
 
 
 def judged(accuracy: AccuracySummary, reference_sha: str, ev: SampleSet) -> AccuracySummary:
-    """The accuracy an artifact was judged at, and against what (the FP32 model, the held-out data): build-cpu
+    """The accuracy an artifact was judged at, and against what (the FP32 model, the held-out data): the CPU build
     reuses it for the same artifact instead of running the held-out set again."""
     kept = accuracy.copy()
     kept.pop("reference", None)

@@ -1,4 +1,4 @@
-"""Runners kept open for the rest of one compile run: where a stage row, build-cpu's check and
+"""Runners kept open for the rest of one compile run: where a stage row, the CPU build's check and
 measurement and the final measurement open the same artifact with the same options, they share one
 session (compiling an OpenVINO BERT-base IR costs ~0.7 s, and a run opened it four times: issue 16).
 Idle runners are bounded by count and by their model files' bytes; the run closes them at its end."""

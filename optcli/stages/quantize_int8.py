@@ -1,6 +1,6 @@
 """Stage quantize-int8: INT8 on the ONNX graph with calibration data, an accuracy gate against FP32
 on held-out data, and automatic fallback that keeps the units that break INT8 in float. The work is
-optcli/quantize/int8_with_fallback.py (build-cpu's s8/s8 candidate calls it too)."""
+optcli/quantize/int8_with_fallback.py (the CPU build's s8/s8 candidate calls it too)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,7 +60,7 @@ class QuantizeInt8Stage(Stage):
         return split_calibration(self.ctx.config.quantize, specs, holdout_needed=True)[1]
 
     def reuse_check(self, accuracy: AccuracySummary) -> str | None:
-        # Within the tolerance of the user's model, as when it was built; a record's word that build-cpu has
+        # Within the tolerance of the user's model, as when it was built; a record's word that the CPU build has
         # the last say (gate_deferred_to) holds only where the plan defers the gate in this run.
         if not self.ctx.plan.int8_gate_deferred:
             accuracy = accuracy.copy()
@@ -74,7 +74,7 @@ class QuantizeInt8Stage(Stage):
             # Excluding everything "passes" with an FP32 model: that is not an INT8 result.
             return "no node could stay INT8 within the tolerance (the fallback excluded all of them)"
         if failure and accuracy.get("gate_deferred_to"):
-            return None  # build-cpu's own INT8 candidates try next; its gate has the last word
+            return None  # the CPU build's own INT8 candidates try next; its gate has the last word
         if failure and accuracy.get("fallback_closest"):
             return f"{failure}; {accuracy['fallback_closest']} (kept in this stage's folder for inspection)"
         return failure

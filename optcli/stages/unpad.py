@@ -11,7 +11,7 @@ fixed shapes (its symbolic shape inference fails on a slice whose length comes f
 values; BERT-base lost its 24 SkipLayerNormalization fusions that way and ran 22% slower at full
 length). Before quantize: calibration then sees the activations the deployed artifact computes
 (padded positions, whose values no output uses, no longer widen the ranges), and every CPU candidate
-of build-cpu, NNCF's included, is built from the rewritten graph.
+of the CPU build, NNCF's included, is built from the rewritten graph.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class UnpadStage(Stage):
         if reason:
             return self._skip(artifact, workdir, details, reason)
         details["applied"] = True
-        # The bucket tells build-cpu to apply the same rewrite to the exporter's graph where an OpenVINO
+        # The bucket tells the CPU build to apply the same rewrite to the exporter's graph where an OpenVINO
         # candidate starts from it (RecipeContext.first_float_onnx): made and proven only when one is built.
         # The outputs' sequence axes spare that rewrite its probe (it still runs its own proof).
         meta: dict[str, Any] = {"unpad_bucket": bucket, "unpad_sequence_outputs": details.get("sequence_outputs", {})}

@@ -1,5 +1,5 @@
 """Rewrite a graph and prove the rewrite, as one step: what the unpad stage does to its input, and what
-build-cpu does on demand to the exporter's graph when an OpenVINO candidate starts from it (its
+the CPU build does on demand to the exporter's graph when an OpenVINO candidate starts from it (its
 frontend reads none of onnxruntime's fused ops, so it cannot take the stage's own output)."""
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from optcli.onnx_model import load_onnx, save_onnx
 from optcli.plan.stage_names import StageName
 from optcli.tensor_spec import TensorSpec, random_inputs
 
-# Beside build-cpu's candidates: the rewrite of the graph OpenVINO's candidates start from.
+# Beside the CPU build's candidates: the rewrite of the graph OpenVINO's candidates start from.
 UNPADDED_SOURCE = "source-unpadded.onnx"
 
 
 @dataclass
 class HeldOut:
     """The held-out data the proof runs on. A proof that reaches it runs the rewritten graph on every
-    row (`outputs`, as run_model gives them: the FP32 reference the INT8 gate and build-cpu judge
+    row (`outputs`, as run_model gives them: the FP32 reference the INT8 gate and the CPU build judge
     against, which they would otherwise compute again: 1.3 s on BERT-base) and compares the rows that
     span the data's lengths with the original graph's."""
 

@@ -1,4 +1,4 @@
-"""AOTInductor: torch's ahead-of-time compiler. build-cpu compiles the user's PyTorch program (no ONNX
+"""AOTInductor: torch's ahead-of-time compiler. The CPU build compiles the user's PyTorch program (no ONNX
 in between) into a package (.pt2 holding a shared library) with freezing on, FP32 or INT8 through PT2E
 (torchao's X86InductorQuantizer); the runner opens it with torch._inductor's package loader."""
 from optcli.backends.registry import Backend

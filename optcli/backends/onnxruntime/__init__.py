@@ -1,4 +1,4 @@
-"""ONNX Runtime: runs ONNX on the CPU (and CUDA with onnxruntime-gpu); build-cpu's baseline candidate."""
+"""ONNX Runtime: runs ONNX on the CPU (and CUDA with onnxruntime-gpu); the CPU build's baseline candidate."""
 from optcli.backends.registry import Backend, RecordedOption
 
 _HERE = "optcli.backends.onnxruntime"

@@ -1,4 +1,4 @@
-"""OpenVINO: runs IRs (model.xml + model.bin) on the CPU; build-cpu converts ONNX to IRs and quantizes
+"""OpenVINO: runs IRs (model.xml + model.bin) on the CPU; the CPU build converts ONNX to IRs and quantizes
 them with NNCF."""
 from optcli.backends.registry import Backend, RecordedOption
 
@@ -26,6 +26,6 @@ BACKEND = Backend(
     heavy_builds=True,                  # ov.Model + NNCF's compiled copy: 3.9x a 2 GB model's size in memory
     triton_platform="openvino",
     triton=f"{_HERE}.triton:TRITON",
-    # the precision build-cpu gated the IR at (runner.PRECISIONS' names)
+    # the precision the CPU build gated the IR at (runner.PRECISIONS' names)
     recorded_options=(RecordedOption("precision", choices=("fp32", "f32", "bf16", "fp16", "f16", "auto")),),
 )

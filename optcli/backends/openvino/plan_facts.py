@@ -1,4 +1,4 @@
-"""What OpenVINO's recipes plan with (build-cpu asks before anything is built): whether NNCF can run,
+"""What OpenVINO's recipes plan with (the CPU build asks before anything is built): whether NNCF can run,
 and whether this CPU has BF16 arithmetic."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def plan_facts(precision: str, cpu: Any) -> dict[str, bool | str | None]:
 
 
 def machine_facts() -> dict[str, list[str]]:
-    """What build-cpu records about the CPU, as OpenVINO sees it."""
+    """What the CPU build records about the CPU, as OpenVINO sees it."""
     from optcli.backends.openvino.runner import cpu_capabilities
 
     return {"openvino_capabilities": cpu_capabilities()}

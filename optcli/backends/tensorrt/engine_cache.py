@@ -59,7 +59,7 @@ class LookupJSON(TypedDict):
 
 
 class CacheInfo(LookupJSON):
-    """How the engine was obtained, as the build_tensorrt stage records it."""
+    """How the engine was obtained, as the engine build records it."""
 
     key: str
     dir: NotRequired[str]        # the cache entry (absent with the cache disabled)

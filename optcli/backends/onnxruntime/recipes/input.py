@@ -1,4 +1,4 @@
-"""Recipe `input`: ONNX Runtime runs build-cpu's input ONNX as it is (FP32, FP16, or the quantize
+"""Recipe `input`: ONNX Runtime runs the CPU build's input ONNX as it is (FP32, FP16, or the quantize
 stage's INT8 graph). Nothing is built; it is the baseline every other candidate must beat."""
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class NncfRecipe(CpuRecipe):
         from optcli.backends.openvino.ir import nncf_int8
 
         hint = precision_hint(cand.precision)
-        assert ctx.calib is not None  # an INT8 recipe: build-cpu plans it only with calibration data
+        assert ctx.calib is not None  # an INT8 recipe: the CPU build plans it only with calibration data
         named = named_float(quantize_source(ctx), ctx.workdir)
         xml, details = nncf_int8(named, ctx.folder, ctx.calib, transformer=self.transformer,
                                  exclude_nodes=excluded_nodes(ctx, named),

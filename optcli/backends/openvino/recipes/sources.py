@@ -1,5 +1,5 @@
 """What the OpenVINO recipes share: which FP32 ONNX they start from, the precision the IR computes in,
-and how a built IR is described to build-cpu."""
+and how a built IR is described to the CPU build."""
 from __future__ import annotations
 
 from pathlib import Path
