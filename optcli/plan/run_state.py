@@ -3,8 +3,9 @@ replace the untyped dicts of facts and samples the context held). The plan (optc
 run does; this says what it has found and made so far."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -13,6 +14,16 @@ if TYPE_CHECKING:
 
 # (output arrays, output names): what a model computed on a sample set
 Outputs = tuple[list["np.ndarray"], list[str]]
+
+
+class UnpadTwin(TypedDict):
+    """The unpad rewrite of one exporter's graph the CPU build made (the build stage's `unpad_source`, less
+    its path), or why it did not apply."""
+
+    applied: bool
+    reason: NotRequired[str]    # why not
+    proof: object               # the rewrite's proof checks (optcli/unpad/verify.py), None where none ran
+    path: str | None            # the rewritten graph
 
 
 @dataclass
@@ -24,7 +35,7 @@ class RunState:
     # A perf_counter time (--time-budget): the CPU search keeps the best so far past it.
     deadline: float | None = None
     # The FP32 reference the pipeline computed on the run's fixed random inputs.
-    reference: dict[str, Any] | None = None
+    reference: Mapping[str, object] | None = None
     # The run's artifacts by the stage that made them ("source": the user's model), in the order made:
     # later stages read an earlier graph (the exporter's keeps module names a rewrite drops).
     artifacts: dict[str, Artifact] = field(default_factory=dict)
@@ -35,7 +46,7 @@ class RunState:
     user_model_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     # The unpad rewrites of the exporter's graph the CPU build made for its candidates, per graph sha256
     # (optcli/unpad/apply.py unpadded_twin): the rewrite's facts, or why it did not apply.
-    unpad_twins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unpad_twins: dict[str, UnpadTwin] = field(default_factory=dict)
     # Test seams of the engine build (optcli/backends/tensorrt/engine_build.py): a TensorRT module and a
     # machine description that replace the real ones.
     tensorrt_module: Any = None
