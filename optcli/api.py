@@ -11,6 +11,8 @@ from optcli.report import ErrorRecord, RunReport
 from optcli.tensor_spec import parse_input_spec
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from optcli.batching import BatchedRunner
     from optcli.benchmark.sweep import BenchResult
     from optcli.comparison.result import CompareResult
@@ -44,7 +46,7 @@ def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
     return report
 
 
-def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
+def apply_options(config: CompileConfig, options: Mapping[str, object]) -> None:
     """Set `name=value` through set_option: a field name of a section (opset=17), "section.field" spelt
     with a dict (tensorrt={"workspace": "4G"}), an alias (backend="openvino"), and a few switches."""
     from optcli.config import SECTIONS, set_option
