@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from optcli.deploy import TritonExport, TritonOptions
     from optcli.length_buckets import LengthBucketedRunner
     from optcli.profiling.result import ProfileResult
+    from optcli.quantize.debug_int8 import SensitivityReport
     from optcli.runtime.base import Runner
     from optcli.serve.server import TritonServer
 
@@ -200,7 +201,7 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     return result
 
 
-def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str, Any]:
+def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> SensitivityReport:
     """Per-layer INT8 sensitivity of an ONNX model, most damaging first, in module names
     (optcli/quantize/debug_int8.py); nothing else is built."""
     from optcli.quantize.debug_int8 import sensitivity_report
