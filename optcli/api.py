@@ -11,12 +11,15 @@ from optcli.report import ErrorRecord, RunReport
 from optcli.tensor_spec import parse_input_spec
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from optcli.batching import BatchedRunner
     from optcli.benchmark.sweep import BenchResult
     from optcli.comparison.result import CompareResult
     from optcli.deploy import TritonExport, TritonOptions
     from optcli.length_buckets import LengthBucketedRunner
     from optcli.profiling.result import ProfileResult
+    from optcli.quantize.debug_int8 import SensitivityReport
     from optcli.runtime.base import Runner
     from optcli.serve.server import TritonServer
 
@@ -44,7 +47,7 @@ def compile(model: str | Path | CompileConfig, *, out: str | Path | None = None,
     return report
 
 
-def apply_options(config: CompileConfig, options: dict[str, Any]) -> None:
+def apply_options(config: CompileConfig, options: Mapping[str, object]) -> None:
     """Set `name=value` through set_option: a field name of a section (opset=17), "section.field" spelt
     with a dict (tensorrt={"workspace": "4G"}), an alias (backend="openvino"), and a few switches."""
     from optcli.config import SECTIONS, set_option
@@ -198,7 +201,7 @@ def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int 
     return result
 
 
-def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> dict[str, Any]:
+def debug_int8(model: str | Path, calib: str | Path, **options: Any) -> SensitivityReport:
     """Per-layer INT8 sensitivity of an ONNX model, most damaging first, in module names
     (optcli/quantize/debug_int8.py); nothing else is built."""
     from optcli.quantize.debug_int8 import sensitivity_report

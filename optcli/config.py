@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ class CompileConfig(Freezable):
     quantize: QuantizeConfig = field(default_factory=QuantizeConfig)
     # The sections a stage owns (SECTIONS names them: [cpu], [tensorrt]), as given (a dict) or typed by
     # the stage's own parser; set_option checks their keys against the section's dataclass.
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
     config_file: Path | None = None   # the TOML file the settings came from, recorded in the report
 
     def freeze(self) -> None:
@@ -167,7 +168,7 @@ class CompileConfig(Freezable):
             return Path(self.out)
         return Path("optcli-out") / model_stem(self.model)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The effective configuration as JSON (report.json `config`): enough to reproduce the run."""
         import json
 
@@ -176,8 +177,9 @@ class CompileConfig(Freezable):
         d["out"] = str(self.out_dir())
         return json.loads(json.dumps(d, default=str))
 
-    def config_file_record(self) -> dict[str, Any] | None:
-        """{path, sha256} of the config file the settings came from (report.json `config_file`)."""
+    def config_file_record(self) -> dict[str, str | None] | None:
+        """{path, sha256 (None: the file is gone)} of the config file the settings came from (report.json
+        `config_file`, optcli/report/records.py ConfigFileRecord)."""
         if self.config_file is None:
             return None
         from optcli.artifact import sha256_file
@@ -325,7 +327,7 @@ def set_option(config: CompileConfig, key: str, value: Any, *, text: bool = Fals
     # A stage's section stays a dict of what was set (its parser types and checks the values).
     stored: Any = config.extra.get(section)
     is_section = dataclasses.is_dataclass(stored) and not isinstance(stored, type)
-    values: dict[str, Any] = dict(dataclasses.asdict(stored) if is_section else stored or {})
+    values: dict[str, object] = dict(dataclasses.asdict(stored) if is_section else stored or {})
     if text:
         value = _coerce(values.get(name, getattr(section_class(section)(), name)), value, where or key)
     values[name] = value
@@ -369,7 +371,7 @@ def model_stem(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "model"
 
 
-def load_toml(path: Path) -> dict[str, Any]:
+def load_toml(path: Path) -> dict[str, object]:
     """Read an optcli TOML file (or the [tool.optcli] table of a pyproject.toml)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -428,7 +430,7 @@ def check_value_type(cls: type, name: str, value: Any, where: str) -> None:
                          hint=f"e.g. {where} = {example}")
 
 
-def compile_config_from_dict(model: str, data: dict[str, Any]) -> CompileConfig:
+def compile_config_from_dict(model: str, data: Mapping[str, object]) -> CompileConfig:
     """Build a CompileConfig from a TOML-shaped dict: [compile] and every table of SECTIONS, each key
     through set_option."""
     cfg = CompileConfig(model=model)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import traceback
-from typing import Any
 
 # Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
@@ -152,7 +151,7 @@ def traceback_text(exc: BaseException) -> str:
     return text if len(text) <= 20000 else "...\n" + text[-20000:]
 
 
-def error_record(exc: BaseException, stage: str | None) -> dict[str, Any]:
+def error_record(exc: BaseException, stage: str | None) -> dict[str, str | int | None]:
     """How report.json records an error: {type, message, hint, exit_code, stage[, traceback]}. An error
     that is not optcli's own is a bug: exit 1, its traceback kept for --debug."""
     if isinstance(exc, Terminated):
@@ -164,8 +163,8 @@ def error_record(exc: BaseException, stage: str | None) -> dict[str, Any]:
     if not isinstance(exc, OptcliError):
         exc = disk_full(exc) or exc  # a full disk ends the run like a failed stage: not a bug
     if isinstance(exc, OptcliError):
-        out = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code,
-               "stage": stage}
+        out: dict[str, str | int | None] = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint,
+                                            "exit_code": exc.exit_code, "stage": stage}
         if exc.__cause__ is not None:  # a library's failure behind the one-line message: --debug prints it
             out["traceback"] = traceback_text(exc)
         return out

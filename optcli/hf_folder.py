@@ -17,11 +17,14 @@ import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from optcli.errors import UsageError
 from optcli.optional_imports import require
 from optcli.safe_paths import shown
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 CONFIG = "config.json"
 # The other files from_pretrained(use_safetensors=True) opens in a local folder (no variant, no subfolder).
@@ -137,14 +140,14 @@ def _sequence_length(config: Any) -> int:
     return min(DEFAULT_SEQUENCE, max(1, int(limit) // 2)) if isinstance(limit, int) and limit > 0 else DEFAULT_SEQUENCE
 
 
-def example_inputs(torch: Any, model: Any, sequence: int | None = None) -> dict[str, Any]:
+def example_inputs(torch: Any, model: Any, sequence: int | None = None) -> dict[str, Tensor]:
     """Inputs of the right names and dtypes at batch 2, for what forward() takes: pixel values at the
     config's image size; token ids inside the vocabulary, `sequence` tokens long (default 128 or the
     model's position limit), a mask and token types where the model has them; decoder token ids for
     encoder-decoders; one second of 16 kHz audio for speech encoders."""
     config = model.config
     params = inspect.signature(model.forward).parameters
-    inputs: dict[str, Any] = {}
+    inputs: dict[str, Tensor] = {}
     if "input_ids" in params:
         seq = sequence or _sequence_length(getattr(config, "text_config", None) or config)
         vocab = int(getattr(getattr(config, "text_config", None) or config, "vocab_size", 100) or 100)
@@ -177,7 +180,7 @@ class LoadedAs(TypedDict):
 
 
 def load_model_folder(folder: Path, task: str, sequence: int | None = None
-                      ) -> tuple[Any, dict[str, Any], LoadedAs]:
+                      ) -> tuple[Any, dict[str, Tensor], LoadedAs]:
     """(model in eval mode, example inputs by name, what was chosen) for a save_pretrained folder;
     `sequence` is the token count a --input pin asked for."""
     torch = require("torch", "loading PyTorch models")

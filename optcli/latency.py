@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ from optcli.report.records import LatencyStats  # the report's record; measured 
 
 
 def stats_from_samples(samples_ms: list[float] | np.ndarray, batch: int, runtime: str,
-                       settings: dict[str, Any] | None = None) -> LatencyStats:
+                       settings: Mapping[str, object] | None = None) -> LatencyStats:
     a = np.asarray(samples_ms, dtype=np.float64)
     if a.size == 0:
         raise ValueError("no latency samples")

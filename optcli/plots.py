@@ -10,6 +10,7 @@ from optcli.optional_imports import require
 if TYPE_CHECKING:
     from optcli.comparison.result import CompareResult
     from optcli.profiling.result import ProfileResult
+    from optcli.quantize.debug_int8 import SensitivityReport
 
 
 def _pyplot() -> Any:
@@ -66,7 +67,7 @@ def plot_compare(result: CompareResult, path: Path) -> None:
         plt.close(fig)
 
 
-def plot_sensitivity(report: dict[str, Any], path: Path, top: int = 20) -> None:
+def plot_sensitivity(report: SensitivityReport, path: Path, top: int = 20) -> None:
     """Horizontal bars: each unit's local damage, most damaging first; where it was measured end to
     end, the mean cosine gained by keeping it alone in float is written beside the bar."""
     plt = _pyplot()

@@ -30,7 +30,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NotRequired, TypeAlias, TypedDict
 
 from optcli.accuracy_summary import AccuracySummary, headline
 from optcli.backends.registry import ONNX
@@ -43,7 +43,41 @@ if TYPE_CHECKING:
     from optcli.calibration.dataset import SampleSet
     from optcli.cpu.options import CpuConfig
     from optcli.quantize.tolerance import Tolerance
+    from optcli.search.search import EntryFacts
     from optcli.stages.base import StageContext
+
+
+# What a backend's recipes plan with (its descriptor's `cpu_facts`): whether NNCF can run (True or why not),
+# whether the CPU has BF16 (None: not asked) ...
+PlanFacts: TypeAlias = dict[str, bool | str | None]
+
+
+class CandidateLatency(TypedDict):
+    """A measured candidate's latency (ms, at the search's batch): the report's candidate `latency_ms`."""
+
+    p50: float
+    p90: float
+    mean: float
+    min: float
+    cv: float
+    runs: int
+    p50_ci: list[float]         # the median's bootstrap 95% interval
+
+
+class CandidateJSON(TypedDict):
+    """A candidate as the build stage's details write it (`candidates`)."""
+
+    name: str
+    backend: str
+    precision: str
+    recipe: str
+    status: str                 # passed | failed | skipped
+    search: NotRequired[EntryFacts]
+    reason: NotRequired[str]
+    build: NotRequired[dict[str, object]]
+    runner_options: NotRequired[dict[str, object]]
+    accuracy: NotRequired[dict[str, float]]
+    latency_ms: NotRequired[CandidateLatency]
 
 
 @dataclass
@@ -56,15 +90,15 @@ class Candidate:
     recipe: str                     # the recipe's name: input | convert | nncf ... (optcli/backends/*/recipes/)
     skip: str | None = None         # why it is not built
     path: Path | None = None        # the built model (.onnx, .xml ...)
-    runner_options: dict[str, Any] = field(default_factory=dict)
-    build: dict[str, Any] = field(default_factory=dict)     # how it was made, build seconds
+    runner_options: dict[str, object] = field(default_factory=dict)
+    build: dict[str, object] = field(default_factory=dict)  # how it was made, build seconds (the recipe's facts)
     accuracy: AccuracySummary | None = None
     failure: str | None = None      # the tolerance it missed, or why it did not build/run
-    latency: dict[str, Any] | None = None
+    latency: CandidateLatency | None = None
     format: str | None = None       # the built model's artifact format
     simplicity: int = 9             # ties go to fewer moving parts (0: the input as it is)
     builder: CpuRecipe | None = field(default=None, repr=False, compare=False)  # the recipe that builds it
-    search: dict[str, Any] = field(default_factory=dict)    # prediction, seconds per phase (optcli/search)
+    search: EntryFacts | None = None  # prediction, seconds per phase (optcli/search)
 
     @property
     def passed(self) -> bool:
@@ -74,10 +108,10 @@ class Candidate:
     def p50(self) -> float | None:
         return self.latency.get("p50") if self.latency else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CandidateJSON:
         status = "skipped" if self.skip else ("passed" if self.passed else "failed")
-        out: dict[str, Any] = {"name": self.name, "backend": self.backend, "precision": self.precision,
-                               "recipe": self.recipe, "status": status}
+        out: CandidateJSON = {"name": self.name, "backend": self.backend, "precision": self.precision,
+                              "recipe": self.recipe, "status": status}
         if self.search:
             out["search"] = self.search
         if self.skip:
@@ -108,7 +142,7 @@ class PlanRequest:
     torch_source: bool = False                  # the user's model is PyTorch (a .pt2 or module to build from)
     batch: int = 1                              # the batch candidates are measured at ([bench] batch)
     installed: dict[str, bool] = field(default_factory=dict)   # backend name -> installed (absent: ask)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend name -> its cpu_facts()
+    facts: dict[str, PlanFacts] = field(default_factory=dict)  # backend name -> its cpu_facts()
     no_int8_graph: str | None = None            # int8: why the CPU build's input is not the quantize stage's INT8 graph
 
 
@@ -118,8 +152,8 @@ class Built:
 
     path: Path
     format: str
-    runner_options: dict[str, Any] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)       # the report's candidate `build`
+    runner_options: dict[str, object] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)    # the report's candidate `build`
 
 
 @dataclass

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,8 +18,11 @@ from optcli.cpu.options import backend_choices
 from optcli.errors import UsageError
 from optcli.safe_paths import shown
 
+if TYPE_CHECKING:
+    from optcli.report.io import RunReport
 
-def discover_config(explicit: Path | None) -> tuple[dict[str, Any], Path | None]:
+
+def discover_config(explicit: Path | None) -> tuple[dict[str, object], Path | None]:
     """--config FILE, else ./optcli.toml, else [tool.optcli] in ./pyproject.toml, else nothing;
     returns the settings and the file they came from."""
     if explicit is not None:
@@ -69,10 +73,21 @@ def _given(ctx: click.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-def build_config(ctx: click.Context, model: str, params: dict[str, Any]) -> CompileConfig:
-    data, config_path = discover_config(params["config"])
+def _path(value: object) -> Path | None:
+    """A click.Path(path_type=Path) flag's value."""
+    return value if isinstance(value, Path) else None
+
+
+def _strings(value: object) -> list[str]:
+    """A `multiple=True` flag's values (click gives a tuple; none: an empty one)."""
+    return [str(v) for v in value] if isinstance(value, (tuple, list)) else []
+
+
+def build_config(ctx: click.Context, model: str, params: Mapping[str, object]) -> CompileConfig:
+    """The CompileConfig of a config file and the command's flags (click's keyword arguments, by flag name)."""
+    data, config_path = discover_config(_path(params["config"]))
     config = compile_config_from_dict(model, data)
-    _refuse_code_from_config(ctx, config, config_path, params["trust_config"])  # before any flag applies
+    _refuse_code_from_config(ctx, config, config_path, bool(params["trust_config"]))  # before any flag applies
     if config_path is not None and not _given(ctx, "out"):
         _out_inside_project(config, config_path)
     config.config_file = config_path
@@ -104,7 +119,7 @@ FLAGS = {
 }
 
 
-def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dict[str, Any]) -> None:
+def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: Mapping[str, object]) -> None:
     from optcli.quantize.tolerance import parse_tolerance
 
     q = config.quantize
@@ -115,18 +130,18 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: dic
     if chosen:
         set_option(config, "precision", chosen[0])
     options = dict(q.calib_options)
-    for item in params["calib_opt"] or ():
+    for item in _strings(params["calib_opt"]):
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"malformed --calib-opt {item!r}", hint="write key=value, e.g. --calib-opt size=224")
         options[key] = value
     set_option(config, "quantize.calib_options", options)
-    set_option(config, "quantize.exclude_nodes", q.exclude_nodes + list(params["exclude"]))
-    set_option(config, "quantize.exclude_ops", q.exclude_ops + list(params["exclude_op"]))
+    set_option(config, "quantize.exclude_nodes", q.exclude_nodes + _strings(params["exclude"]))
+    set_option(config, "quantize.exclude_ops", q.exclude_ops + _strings(params["exclude_op"]))
     if params["no_fallback"]:
         set_option(config, "quantize.fallback", False)
     if params["tolerance"]:
-        tol = parse_tolerance(params["tolerance"])
+        tol = parse_tolerance(_strings(params["tolerance"]))
         for key in ("cosine", "max_abs", "top1"):
             set_option(config, f"accuracy.{key}", tol.get(key))
 
@@ -242,11 +257,12 @@ def compile_cmd(ctx: click.Context, model: str, as_json: bool, **params: Any) ->
     exit_with(report.exit_code)
 
 
-def _export_triton(report: Any, params: dict[str, Any], err: bool = False) -> None:
+def _export_triton(report: RunReport, params: Mapping[str, object], err: bool = False) -> None:
     """--triton-repo: hand a successful run's report to export-triton, with that command's defaults."""
-    if not params["triton_repo"] or report.status != "ok":
+    repo, name = _path(params["triton_repo"]), params["triton_name"]
+    if repo is None or report.status != "ok":
         return
     from optcli import api
     from optcli.cli.export_triton_cmd import echo_export
 
-    echo_export(api.export_triton(report, params["triton_repo"], name=params["triton_name"]), err=err)
+    echo_export(api.export_triton(report, repo, name=name if isinstance(name, str) else None), err=err)

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from optcli.quantize.debug_int8 import SensitivityReport
 
-def _table(report: dict[str, Any], top: int) -> Any:
+
+def _table(report: SensitivityReport, top: int) -> Any:
     from rich.table import Table
 
     acc = report["int8_accuracy"]

@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from optcli.accuracy import budget_used, check_tolerance
 from optcli.accuracy_summary import AccuracySummary
@@ -42,6 +42,10 @@ from optcli.quantize.tolerance import Tolerance, effective
 from optcli.stages.base import StageResult, config_dict
 from optcli.tensor_spec import random_inputs
 from optcli.unpad.apply import UNPADDED_SOURCE
+
+if TYPE_CHECKING:
+    from optcli.cpu.search_run import Measurement
+    from optcli.search.search import SearchResult
 
 # An FP32 conversion must be near-exact; other precisions use the quantize stages' defaults.
 FP32_COSINE = 0.9999
@@ -225,7 +229,7 @@ class CpuBuild(BuildWork):
         return StageResult(out, details, accuracy=accuracy)
 
     def _against_fp32(self, chosen: Candidate, float_art: Artifact | None, ev: SampleSet,
-                      timing: dict[str, Any]) -> Versus | None:
+                      timing: Measurement) -> Versus | None:
         """The chosen INT8 against the FP32 reference graph, measured where the priors do not assume INT8 wins
         (on the search's inputs: evaluation samples where there are enough)."""
         from optcli.cpu import int8_vs_fp32
@@ -278,7 +282,8 @@ class CpuBuild(BuildWork):
             return None, (calib, ev, reference, [o.name for o in runner.outputs])
 
     def _search(self, cands: list[Candidate], artifact: Artifact, workdir: Path, calib: SampleSet | None,
-                ev: SampleSet, judge: tuple, cfg: CpuConfig, float_art: Artifact | None) -> tuple[Any, dict[str, Any]]:
+                ev: SampleSet, judge: tuple, cfg: CpuConfig,
+                float_art: Artifact | None) -> tuple[SearchResult, Measurement]:
         """Build, check and measure the candidates through optcli/search (fast or thorough)."""
         from optcli.cpu.search_run import features, search_candidates
         from optcli.quantize.flavour import u8s8_saturates
@@ -334,7 +339,7 @@ class CpuBuild(BuildWork):
         cand.path, cand.format = built.path, built.format
         cand.runner_options, cand.build = built.runner_options, built.details
 
-    def _int8_fallback(self, float_art: Artifact, folder: Path) -> tuple[Path, dict[str, Any]]:
+    def _int8_fallback(self, float_art: Artifact, folder: Path) -> tuple[Path, dict[str, object]]:
         """The quantize stage's INT8 (same flavour, data and ranges) with its fallback search run here."""
         from optcli.quantize.int8_with_fallback import quantize_int8
 
@@ -393,7 +398,7 @@ class CpuBuild(BuildWork):
         """Put the chosen model at the stage folder's top level: the input linked as model.<suffix> where
         it runs as it is, else the built file with its companions (an IR's model.xml + model.bin)."""
         assert chosen.path is not None and chosen.format is not None
-        meta: dict[str, Any] = {"candidate": chosen.name, "runner_options": chosen.runner_options}
+        meta: dict[str, object] = {"candidate": chosen.name, "runner_options": chosen.runner_options}
         if chosen.path != artifact.path:
             for src in (chosen.path, *registry.companion_files(chosen.path)):
                 shutil.move(str(src), str(workdir / src.name))
@@ -410,8 +415,9 @@ class CpuBuild(BuildWork):
         return Artifact(target, artifact.format, precision=artifact.precision, stage=self.name, parent=artifact.sha256,
                         backend=chosen.backend, meta=meta)
 
-    def _cpu_facts(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {"name": cpu_name(), "cores": os.cpu_count()}
+    def _cpu_facts(self) -> dict[str, object]:
+        """The CPU's name and cores, and what each installed backend records of it (its `machine_facts`)."""
+        facts: dict[str, object] = {"name": cpu_name(), "cores": os.cpu_count()}
         for backend in registry.all_backends():
             if backend.machine_facts and backend.installed():
                 facts.update(registry.load_object(backend.machine_facts)())

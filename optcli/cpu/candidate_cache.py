@@ -13,8 +13,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from optcli.artifact import sha256_file
 from optcli.atomic_write import write_text_atomic
@@ -22,24 +23,58 @@ from optcli.errors import UsageError
 from optcli.safe_paths import contained
 from optcli.version import __version__
 
+if TYPE_CHECKING:
+    from optcli.backends.recipe import Candidate, RecipeContext
+
 FOLDER = "candidate-cache"
 RECORD = "candidate.json"
 
 
-def candidate_key(inputs: dict[str, Any]) -> str:
+def candidate_key(inputs: Mapping[str, object]) -> str:
     """sha256 of everything a build depends on (the caller lists it), with optcli's version."""
     blob = json.dumps({"optcli": __version__, **inputs}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
+class MachineKey(TypedDict):
+    """The CPU and the versions of every CPU backend's packages (None: not installed)."""
+
+    cpu: str
+    versions: dict[str, str | None]
+
+
+class BuildInputs(TypedDict):
+    """Everything a recipe's build may depend on: hashed into the entry's key (never written)."""
+
+    candidate: list[str]                # name, backend, precision, recipe
+    lineage: list[str]                  # sha256 of every graph the stages made
+    quantize: dict[str, object]         # [quantize] without its data folders
+    first_float_onnx: str
+    nncf_calibration: str
+    calib: str | None                   # the sample sets' digests
+    eval: str
+    tolerance: dict[str, float]
+    cpu: MachineKey
+    u8s8_saturates: bool
+    others_passed: NotRequired[bool]    # requantize-s8s8 only
+
+
+class CachedBuild(TypedDict):
+    """An entry's `build`: what the recipe said it made (optcli/backends/recipe.Built)."""
+
+    format: str
+    details: dict[str, object]
+    runner_options: dict[str, object]
+
+
+def build_inputs(cand: Candidate, ctx: RecipeContext) -> BuildInputs:
     """Everything a recipe's build may depend on (ctx: optcli/backends/recipe.RecipeContext): the cache key."""
     from optcli.environment import package_version
     from optcli.quantize.flavour import u8s8_saturates
     from optcli.stages.base import config_dict
 
     q = {k: v for k, v in config_dict(ctx.stage.config.quantize).items() if k not in ("calib", "eval")}
-    inputs: dict[str, Any] = {
+    inputs: BuildInputs = {
         # every graph the stages made (a recipe may start from any: the exporter's, the fused one); the
         # user's own file shows through them, and hashing a large .pt2 again costs seconds
         "candidate": [cand.name, cand.backend, cand.precision, cand.recipe],
@@ -58,7 +93,7 @@ def build_inputs(cand: Any, ctx: Any) -> dict[str, Any]:
     return inputs
 
 
-def cpu_name_and_versions(package_version: Any) -> dict[str, Any]:
+def cpu_name_and_versions(package_version: Callable[[str], str | None]) -> MachineKey:
     from optcli.backends import registry
     from optcli.environment import cpu_name
 
@@ -75,7 +110,7 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, dict[str, Any]] | None:
+def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, CachedBuild] | None:
     """(the model file placed in `folder`, its build record) for a valid entry, else None."""
     entry = cache_dir / key
     record_path = entry / RECORD
@@ -88,10 +123,12 @@ def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, dict[str, Any]]
         return None
     from optcli.runtime.recorded_options import problem
 
-    build = record["build"]
-    if not isinstance(build.get("format"), str) or not isinstance(build.get("details"), dict) \
-            or problem(build["format"], build.get("runner_options")):
+    raw: dict[str, object] = record["build"]
+    fmt, details, options = raw.get("format"), raw.get("details"), raw.get("runner_options")
+    if not isinstance(fmt, str) or not isinstance(details, dict) or not isinstance(options, dict) \
+            or problem(fmt, options):
         return None  # a mistyped record, or runner options beyond what a record may carry: rebuilt
+    build = CachedBuild(format=fmt, details=details, runner_options=options)
     try:
         files = [(contained(entry, name, record_path), sha) for name, sha in record["files"].items()]
     except UsageError:
@@ -100,10 +137,10 @@ def load(cache_dir: Path, key: str, folder: Path) -> tuple[Path, dict[str, Any]]
         return None
     for p, _ in files:
         _link(p, folder / p.name)
-    return folder / next(iter(record["files"])), record["build"]
+    return folder / next(iter(record["files"])), build
 
 
-def store(cache_dir: Path, key: str, model: Path, build: dict[str, Any]) -> None:
+def store(cache_dir: Path, key: str, model: Path, build: CachedBuild) -> None:
     """Keep `model` (and its companion files, e.g. an IR's .bin) under `key`."""
     from optcli.backends.registry import companion_files
 

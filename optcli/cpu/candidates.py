@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optcli.backends.recipe import Candidate, PlanRequest
+from optcli.backends.recipe import Candidate, PlanFacts, PlanRequest
 from optcli.search.elimination import TIE_BAND  # one tie rule for the search and the choice
 
 __all__ = ["Candidate", "backend_facts", "choose", "plan"]
@@ -47,7 +47,7 @@ def plan(req: PlanRequest) -> list[Candidate]:
     return cands
 
 
-def backend_facts(precision: str, cfg: Any) -> dict[str, dict[str, Any]]:
+def backend_facts(precision: str, cfg: Any) -> dict[str, PlanFacts]:
     """Each registered backend's planning facts (PlanRequest.facts) for `precision` under [cpu] `cfg`."""
     from optcli.backends import registry
 
@@ -105,5 +105,5 @@ def _p50(c: Candidate) -> float:
 def _overlaps(a: Candidate, b: Candidate) -> bool:
     if a is b:
         return True
-    ci, ci2 = (a.latency or {}).get("p50_ci"), (b.latency or {}).get("p50_ci")
+    ci, ci2 = (a.latency.get("p50_ci") if a.latency else None), (b.latency.get("p50_ci") if b.latency else None)
     return bool(ci and ci2 and ci[1] >= ci2[0] and ci2[1] >= ci[0])

@@ -5,11 +5,15 @@ INT8 is not faster. The choice among INT8 candidates still follows their measure
 instead is the user's call (a compile without --int8)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from optcli.search.elimination import TIE_BAND
 from optcli.search.priors import FP32_BEST, Features, predict
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROUNDS = 5
 
@@ -18,6 +22,20 @@ def assumed_faster(feats: Features) -> bool:
     """Whether the priors have INT8 clearly ahead of the best FP32 here (then nothing is measured)."""
     p = predict(feats, FP32_BEST)
     return feats.precision != "int8" or p.ratio * (1 - p.spread) > 1 + TIE_BAND
+
+
+class VersusJSON(TypedDict):
+    """The build stage's `int8_vs_fp32` details."""
+
+    int8: str
+    int8_p50: float
+    fp32: str
+    fp32_p50: float
+    fp32_over_int8: float | None
+    int8_faster: bool
+    isa: str
+    rounds: int
+    note: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -43,18 +61,18 @@ class Versus:
         return (f"INT8 is not faster than FP32 on this CPU ({self.isa}): {self.int8_name} {self.int8_p50:.3f} ms vs "
                 f"{self.fp32_name} {self.fp32_p50:.3f} ms p50 (a compile without --int8 ships FP32)")
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"int8": self.int8_name, "int8_p50": round(self.int8_p50, 4), "fp32": self.fp32_name,
-                               "fp32_p50": round(self.fp32_p50, 4),
-                               "fp32_over_int8": round(self.fp32_p50 / self.int8_p50, 3) if self.int8_p50 else None,
-                               "int8_faster": self.faster, "isa": self.isa, "rounds": self.rounds}
+    def to_json(self) -> VersusJSON:
+        out: VersusJSON = {"int8": self.int8_name, "int8_p50": round(self.int8_p50, 4), "fp32": self.fp32_name,
+                           "fp32_p50": round(self.fp32_p50, 4),
+                           "fp32_over_int8": round(self.fp32_p50 / self.int8_p50, 3) if self.int8_p50 else None,
+                           "int8_faster": self.faster, "isa": self.isa, "rounds": self.rounds}
         note = self.note()
         if note:
             out["note"] = note
         return out
 
 
-def measure(int8_runner: Any, fp32_runner: Any, arrays: dict[str, Any], names: tuple[str, str], isa: str, *,
+def measure(int8_runner: Any, fp32_runner: Any, arrays: Mapping[str, np.ndarray], names: tuple[str, str], isa: str, *,
             calls: int = 3, block_ms: float = 100.0, switch_ms: float = 20.0, rounds: int = ROUNDS) -> Versus:
     """Alternate blocks of the two runners (optcli/cpu/measure.time_block) and compare their medians."""
     import statistics

@@ -31,7 +31,7 @@ from typing import Any
 
 from optcli.artifact import Artifact
 from optcli.plan.build_choice import builds_on_cpu
-from optcli.plan.route import FLOAT_ROUTE, ONNXRUNTIME_ROUTE, Route
+from optcli.plan.route import FLOAT_ROUTE, ONNXRUNTIME_ROUTE, Route, RouteDetails
 
 # The route's data and the stages it may leave out are the plan's (optcli/plan/route.py); deciding it is here.
 
@@ -86,8 +86,8 @@ def _predict(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) -> R
     preds = {c.name: predict(feats, f"{c.backend}:{c.recipe}") for c in live}
     needs = [c for c in live if c.builder is not None and c.builder.needs_int8_graph]
     others = [c for c in live if c not in needs]
-    details: dict[str, Any] = {"features": feats.to_json(), "flavour": flavour.name,
-                               "predictions": {n: p.to_json() for n, p in preds.items()}}
+    details: RouteDetails = {"features": feats.to_json(), "flavour": flavour.name,
+                             "predictions": {n: p.to_json() for n, p in preds.items()}}
     if not needs or not others:
         details["because"] = "no other route" if not others else "no candidate needs the quantize stage's graph"
         return Route(planned=planned, details=details)
@@ -117,7 +117,7 @@ def _float_route(config: Any, torch_source: bool, artifact: Artifact, cfg: Any) 
     cands, feats = _planned(config, torch_source, artifact, cfg, ops, looks_like_encoder(ops),
                             input_flavour=artifact.meta.get("flavour"))
     planned = tuple(c.name for c in cands if not c.skip)
-    details: dict[str, Any] = {"features": feats.to_json()}
+    details: RouteDetails = {"features": feats.to_json()}
     if feats.size != "large":
         return Route(planned=planned, details={**details, "because": SMALL})
     fresh = [c.name for c in cands if not c.skip and c.builder is not None and c.builder.starts_from_export]

@@ -4,14 +4,35 @@ per phase, latency, why one was not built)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from optcli.backends.recipe import CandidateLatency
 from optcli.cpu.candidates import Candidate
 from optcli.cpu.options import CpuConfig
 from optcli.latency import median_ci, stats_from_samples
 from optcli.search.priors import SMALL_BYTES, Features, model_kind, predict
 from optcli.search.search import Search, SearchResult
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from optcli.runtime.base import BackendFeeds, Runner
+
+
+class Measurement(TypedDict):
+    """How the search measured (the build stage's `measurement`): interleaved blocks on the search's inputs."""
+
+    rounds: int
+    min_calls_per_block: int
+    block_ms: float
+    switch_ms: float
+    seconds: float
+    batch: int
+    order: list[str]                    # the candidates measured
+    features: dict[str, str]            # what the priors conditioned on (Features.to_json)
+    inputs: NotRequired[str]            # evaluation samples | random inputs
+    fallback: NotRequired[Measurement]  # the plan's INT8 last resort, measured after the others
 
 
 def features(precision: str, ops: dict[str, int], encoder: bool, weight_bytes: int, u8s8_saturates: bool) -> Features:
@@ -63,10 +84,10 @@ def skip_heavy_builds(cands: list[Candidate], search: str, weight_bytes: int) ->
 def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], None],
                       check: Callable[[Candidate], None], open_runner: Callable[[Candidate], Any],
                       release_runner: Callable[[Any], None] = lambda r: r.close(),
-                      arrays: dict[str, Any], batch: int, cfg: CpuConfig, feats: Features,
+                      arrays: Mapping[str, np.ndarray], batch: int, cfg: CpuConfig, feats: Features,
                       deadline: float | None,
                       budget_used: Callable[[Candidate], float | None] | None = None,
-                      weight_bytes: int = 0) -> tuple[SearchResult, dict[str, Any]]:
+                      weight_bytes: int = 0) -> tuple[SearchResult, Measurement]:
     """Build (`build` fills cand.path), check (`check` fills cand.accuracy and cand.failure) and measure
     the candidates not skipped, fast or thorough per `cfg.search`; runners come from `open_runner` and
     go back through `release_runner`. Returns (result, measurement facts)."""
@@ -74,8 +95,8 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
 
     skip_heavy_builds(cands, cfg.search, weight_bytes)
     todo = {c.name: c for c in cands if not c.skip}
-    runners: dict[str, Any] = {}
-    feeds: dict[str, Any] = {}
+    runners: dict[str, Runner] = {}
+    feeds: dict[str, BackendFeeds] = {}
 
     def built(name: str) -> Candidate | None:
         cand = todo[name]
@@ -106,16 +127,18 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
             release_runner(r)
     for e in result.entries:
         cand = todo[e.name]
-        cand.search = {k: v for k, v in e.to_json().items() if k not in ("name", "status")}
+        cand.search = e.facts()
         if e.status == "not built":
             cand.search.pop("reason", None)  # it is the candidate's reason
             cand.skip = f"not built ({cfg.search} search): {e.reason}"
         if e.samples:
             r = runners[e.name]
             stats = stats_from_samples(e.samples, batch, r.backend, getattr(r, "settings", {})).to_json()
-            cand.latency = {k: stats[k] for k in ("p50", "p90", "mean", "min", "cv", "runs")}
-            cand.latency["p50_ci"] = [round(v, 4) for v in median_ci(e.samples)]
-    timing = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round, "block_ms": cfg.block_ms,
-              "switch_ms": cfg.switch_ms, "seconds": round(result.measure_seconds, 2), "batch": batch,
-              "order": [e.name for e in result.measured()], "features": feats.to_json()}
+            cand.latency = CandidateLatency(p50=stats["p50"], p90=stats["p90"], mean=stats["mean"], min=stats["min"],
+                                            cv=stats["cv"], runs=stats["runs"],
+                                            p50_ci=[round(v, 4) for v in median_ci(e.samples)])
+    timing: Measurement = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round,
+                           "block_ms": cfg.block_ms, "switch_ms": cfg.switch_ms,
+                           "seconds": round(result.measure_seconds, 2), "batch": batch,
+                           "order": [e.name for e in result.measured()], "features": feats.to_json()}
     return result, timing

@@ -3,14 +3,29 @@ out and why. optcli/cpu/route.py decides it from the priors; the stages only rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from optcli.plan.stage_names import StageName
+
+if TYPE_CHECKING:
+    from optcli.search.priors import PredictionJSON
 
 # The stages whose only consumer on a CPU at INT8 is onnxruntime's route.
 ONNXRUNTIME_ROUTE = (StageName.SIMPLIFY, StageName.FUSE, StageName.QUANTIZE_INT8)
 # At FP32 / BF16 (no quantize stage on a CPU) the route leaves out the offline graph stages only.
 FLOAT_ROUTE = (StageName.SIMPLIFY, StageName.FUSE)
+
+
+class RouteDetails(TypedDict, total=False):
+    """What the route was decided from, as the build stage's `route` details write it (after its verdict)."""
+
+    features: dict[str, str]                    # what the priors conditioned on (Features.to_json)
+    flavour: str                                # INT8: the quantize stage's flavour the route planned with
+    predictions: dict[str, PredictionJSON]      # INT8: each planned candidate's predicted latency ratio
+    because: str                                # why every stage runs
+    predicted_winner: str
+    from_exporters_graph: list[str]             # FP32 / BF16: the candidates that start from the exporter's graph
+
 
 @dataclass
 class Route:
@@ -19,7 +34,7 @@ class Route:
     planned to consider from the graph the route was decided on."""
 
     skip: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: RouteDetails = field(default_factory=lambda: RouteDetails())
     stage_note: str | None = None
     stages: tuple[StageName, ...] = ONNXRUNTIME_ROUTE
     planned: tuple[str, ...] = ()
@@ -37,7 +52,7 @@ class Route:
         note = self.stage_note or f"{winner} predicted to win (the CPU build's route)"
         return f"fast search: {note}; --search thorough runs it"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"onnxruntime_route": "skipped" if self.skip else "runs", **({"why": self.skip} if self.skip else {}),
                 **self.details}
 

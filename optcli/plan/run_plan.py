@@ -11,7 +11,7 @@ so the pipeline completes the plan once, with that graph, before the first stage
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -50,7 +50,7 @@ class LastResort:
     def needs_deferral_mark(self) -> bool:
         return self.label == "fallback"
 
-    def due(self, input_meta: dict[str, Any], any_passed: bool) -> bool:
+    def due(self, input_meta: Mapping[str, object], any_passed: bool) -> bool:
         """Whether the CPU build runs this step, given its input's meta and whether a candidate passed."""
         if any_passed:
             return False
@@ -111,7 +111,8 @@ class RunPlan:
 
         return self.route_pending and stage in ROUTE_STAGES and graph.format == ONNX
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
+        """The report's `plan` (optcli/report/records.py PlanRecord)."""
         return {"stages": [str(s) for s in self.stages], "build_work": self.build_work,
                 "skipped": {str(k): v for k, v in self.skipped.items()},
                 "candidates": {str(k): list(v) for k, v in self.candidates.items()},

@@ -4,7 +4,7 @@ run does; this says what it has found and made so far."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -14,6 +14,16 @@ if TYPE_CHECKING:
 
 # (output arrays, output names): what a model computed on a sample set
 Outputs = tuple[list["np.ndarray"], list[str]]
+
+
+class UnpadTwin(TypedDict):
+    """The unpad rewrite of one exporter's graph the CPU build made (the build stage's `unpad_source`, less
+    its path), or why it did not apply."""
+
+    applied: bool
+    reason: NotRequired[str]    # why not
+    proof: object               # the rewrite's proof checks (optcli/unpad/verify.py), None where none ran
+    path: str | None            # the rewritten graph
 
 
 @dataclass
@@ -36,7 +46,7 @@ class RunState:
     user_model_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     # The unpad rewrites of the exporter's graph the CPU build made for its candidates, per graph sha256
     # (optcli/unpad/apply.py unpadded_twin): the rewrite's facts, or why it did not apply.
-    unpad_twins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unpad_twins: dict[str, UnpadTwin] = field(default_factory=dict)
     # Test seams of the engine build (optcli/backends/tensorrt/engine_build.py): a TensorRT module and a
     # machine description that replace the real ones.
     tensorrt_module: Any = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from optcli.accuracy import check_tolerance
 from optcli.backends.registry import is_onnx_file
@@ -29,6 +29,32 @@ from optcli.quantize.units import compute_units
 DEFAULT_MEASURED = 8
 
 
+class SensitivityRow(TypedDict):
+    """One unit of the report, most damaging first (Unit.to_json's keys, then what was measured of it)."""
+
+    node: str
+    module: str | None
+    op_type: str
+    nodes: list[str]
+    flops_share: float
+    local_damage: float | None              # mean 1 - cosine the unit adds alone (None: not measured)
+    cosine_gain_in_float: float | None      # the mean cosine gained keeping it alone in float (None: not measured)
+
+
+class SensitivityReport(TypedDict):
+    """What `optcli debug-int8` reports (its --json)."""
+
+    model: str
+    flavour: dict[str, object]              # Flavour.to_json
+    samples: dict[str, int]                 # calibration, evaluation
+    int8_accuracy: dict[str, float]         # the all-INT8 model against FP32
+    tolerance: dict[str, float]
+    passes: bool
+    units: list[SensitivityRow]
+    measured_end_to_end: int
+    seconds: float
+
+
 def _earlier_graphs(path: Path) -> list[Path]:
     """Inside an optcli output folder, the run's other ONNX graphs: the exporter's keeps the module
     metadata that simplify and fuse dropped (dynamo exports)."""
@@ -41,8 +67,8 @@ def _earlier_graphs(path: Path) -> list[Path]:
 def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | Path | None = None,
                        target: str = "cpu", flavour: str = "auto", calib_method: str = "minmax",
                        calib_samples: int | None = None, measure: int = DEFAULT_MEASURED,
-                       cosine: float | None = None) -> dict[str, Any]:
-    """Per-unit INT8 sensitivity of an ONNX model (see the module docstring); a JSON-able dict."""
+                       cosine: float | None = None) -> SensitivityReport:
+    """Per-unit INT8 sensitivity of an ONNX model (see the module docstring); JSON-able."""
     from optcli.calibration.split import split_calibration  # the INT8 stage's own calib/eval split
 
     path = Path(model)
@@ -89,12 +115,11 @@ def sensitivity_report(model: str | Path, calib: str | Path, *, eval_dir: str | 
             qz.write(trial, [unit.node])
             gains[unit.node] = evaluate(trial, reference, ev)["cosine_mean"] - base["cosine_mean"]
     tol = effective("int8", cosine, None, None)
-    rows = []
-    for u in ranked:
-        row = u.to_json(total)
-        row.update(local_damage=round(damage[u.node], 8) if u.node in damage else None,
-                   cosine_gain_in_float=round(gains[u.node], 6) if u.node in gains else None)
-        rows.append(row)
+    rows = [SensitivityRow(node=u.node, module=u.module, op_type=u.op_type, nodes=list(u.nodes),
+                           flops_share=round(u.flops / total, 6) if total else 0.0,  # as Unit.to_json
+                           local_damage=round(damage[u.node], 8) if u.node in damage else None,
+                           cosine_gain_in_float=round(gains[u.node], 6) if u.node in gains else None)
+            for u in ranked]
     return {"model": str(path), "flavour": fl.to_json(), "samples": {"calibration": len(calib_set), "evaluation": n},
             "int8_accuracy": {k: round(base[k], 6) for k in ("cosine_mean", "cosine_min", "top1_agreement")
                               if k in base},

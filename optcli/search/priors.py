@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,15 @@ class Features:
         return {"precision": self.precision, "kind": self.kind, "size": self.size, "int8_isa": self.int8_isa}
 
 
+class PredictionJSON(TypedDict):
+    """A Prediction as the report writes it (the search's candidates, the route's predictions)."""
+
+    ratio: float
+    spread: float
+    evidence: str
+    less_accurate: NotRequired[bool]
+
+
 @dataclass(frozen=True)
 class Prediction:
     """A candidate's expected latency relative to the predicted winner, and the evidence for it."""
@@ -45,8 +54,8 @@ class Prediction:
     evidence: str
     less_accurate: bool = False     # the evidence had it less accurate than the winner: a tie goes against it
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ratio": self.ratio, "spread": self.spread, "evidence": self.evidence}
+    def to_json(self) -> PredictionJSON:
+        out: PredictionJSON = {"ratio": self.ratio, "spread": self.spread, "evidence": self.evidence}
         if self.less_accurate:
             out["less_accurate"] = True
         return out

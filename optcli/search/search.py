@@ -27,10 +27,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from optcli.search.elimination import TIE_BAND, Standing, clearly_behind, leader, settled, standing
-from optcli.search.priors import UNKNOWN, Prediction
+from optcli.search.priors import UNKNOWN, Prediction, PredictionJSON
 
 MODES = ("fast", "thorough")
 # A leader measured within this fraction of the accuracy budget (e.g. cosine 0.9975 against 0.99) leaves
@@ -38,6 +38,38 @@ MODES = ("fast", "thorough")
 # BERT-base, onnxruntime's INT8 measured 0.99957 (4% of the budget) while the evidence from MiniLM had
 # NNCF's transformer setting the more accurate, and its build cost 158 s for a slower artifact.
 ACCURACY_HEADROOM = 0.25
+
+
+class EntryFacts(TypedDict):
+    """What the search learned of one candidate, as the report writes it (each candidate's `search`)."""
+
+    prediction: PredictionJSON
+    free: NotRequired[bool]
+    reason: NotRequired[str]
+    seconds: NotRequired[dict[str, float]]  # always written, after free and reason: build, check, measure seconds
+    calls: NotRequired[int]
+    eliminated: NotRequired[bool]
+    accuracy_budget_used: NotRequired[float]
+
+
+class EntryJSON(EntryFacts):
+    """A search entry as the report writes it: its name and status, then its facts."""
+
+    name: str
+    status: str
+
+
+class SearchJSON(TypedDict):
+    """A search's result as the report writes it (the build stage's `search`, without `candidates`)."""
+
+    mode: str
+    rounds: int
+    measure_seconds: float
+    built: int
+    order: list[str]
+    candidates: NotRequired[list[EntryJSON]]
+    degraded: NotRequired[str]
+    notes: NotRequired[list[str]]
 
 
 @dataclass
@@ -60,14 +92,15 @@ class Entry:
     def effective_ratio(self, tie_band: float) -> float:
         return effective_ratio(self.prediction, tie_band)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": self.status, "prediction": self.prediction.to_json()}
+    def facts(self) -> EntryFacts:
+        """What the search learned of it, without its name and status (a candidate's `search`)."""
+        seconds: dict[str, float | None] = {"build": self.build_seconds, "check": self.check_seconds,
+                                            "measure": round(self.measure_seconds, 3) if self.samples else None}
+        out: EntryFacts = {"prediction": self.prediction.to_json()}
         if self.free:
             out["free"] = True
         if self.reason:
             out["reason"] = self.reason
-        seconds = {"build": self.build_seconds, "check": self.check_seconds,
-                   "measure": round(self.measure_seconds, 3) if self.samples else None}
         out["seconds"] = {k: v for k, v in seconds.items() if v is not None}
         if self.samples:
             out["calls"] = len(self.samples)
@@ -76,6 +109,9 @@ class Entry:
         if self.budget_used is not None:
             out["accuracy_budget_used"] = round(self.budget_used, 4)
         return out
+
+    def to_json(self) -> EntryJSON:
+        return {"name": self.name, "status": self.status, **self.facts()}
 
 
 @dataclass
@@ -93,12 +129,10 @@ class SearchResult:
     def measured(self) -> list[Entry]:
         return [e for e in self.entries if e.samples]
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "rounds": self.rounds,
-                               "measure_seconds": round(self.measure_seconds, 3),
-                               "built": sum(e.status in ("passed", "rejected") for e in self.entries),
-                               "order": [e.name for e in self.entries],
-                               "candidates": [e.to_json() for e in self.entries]}
+    def to_json(self) -> SearchJSON:
+        out: SearchJSON = {"mode": self.mode, "rounds": self.rounds, "measure_seconds": round(self.measure_seconds, 3),
+                           "built": sum(e.status in ("passed", "rejected") for e in self.entries),
+                           "order": [e.name for e in self.entries], "candidates": [e.to_json() for e in self.entries]}
         if self.degraded:
             out["degraded"] = self.degraded
         if self.notes:

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from optcli.calibration.dataset import SampleSet
 from optcli.onnx_model import load_onnx, save_onnx
 from optcli.plan.stage_names import StageName
 from optcli.tensor_spec import TensorSpec, random_inputs
+
+if TYPE_CHECKING:
+    from optcli.plan.run_state import UnpadTwin
 
 # Beside the CPU build's candidates: the rewrite of the graph OpenVINO's candidates start from.
 UNPADDED_SOURCE = "source-unpadded.onnx"
@@ -222,7 +225,7 @@ TWIN_SAMPLES = 4
 
 
 def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
-                  known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, dict[str, object]]:
+                  known_axes: dict[str, list[int]] | None = None) -> tuple[Artifact | None, UnpadTwin]:
     """The unpad rewrite of `first` (the exporter's graph), proven on random right-padded samples, made
     once per run in `workdir` (`stage.state.unpad_twins` remembers it, or why not): (the artifact or None, facts).
     `known_axes`: the outputs' sequence axes the unpad stage found (spares the probe)."""
@@ -236,9 +239,11 @@ def unpadded_twin(first: Artifact, bucket: int, stage: Any, workdir: Path,
             reason = rewrite_and_prove(first.path, out, inputs=stage.inputs, int_high=stage.int_high, bucket=bucket,
                                        runs=runs, details=details, known_axes=known_axes, synthetic=TWIN_SAMPLES)
             runs.forget(out)  # OpenVINO converts the twin from its file: no onnxruntime session of it is wanted
-        twins[first.sha256] = {"applied": reason is None, **({"reason": reason} if reason else {}),
-                               "proof": details.get("proof"), "path": None if reason else str(out)}
+        proof = details.get("proof")
+        twins[first.sha256] = ({"applied": False, "reason": reason, "proof": proof, "path": None} if reason
+                               else {"applied": True, "proof": proof, "path": str(out)})
     facts = twins[first.sha256]
-    if not facts["applied"]:
+    path = facts["path"]
+    if not facts["applied"] or path is None:
         return None, facts
-    return Artifact(Path(facts["path"]), ONNX, "fp32", stage=StageName.UNPAD, parent=first.sha256), facts
+    return Artifact(Path(path), ONNX, "fp32", stage=StageName.UNPAD, parent=first.sha256), facts
