@@ -27,7 +27,7 @@ from optcli.errors import model_error_line
 from optcli.stages import Stage, StageContext
 
 if TYPE_CHECKING:
-    from optcli.stage_measure import Reference
+    from optcli.plan.run_state import Reference
 
 # How far a measurement may drift from its record and still be the same artifact: the reference is the
 # user's model now (the record's held-out figures were against the FP32 ONNX, ~1e-6 away), and the

@@ -22,6 +22,7 @@ from optcli.environment import environment
 from optcli.errors import AccuracyError, OptcliError, StageError, UsageError, disk_full, error_record
 from optcli.onnx_model import graph_view, io_specs
 from optcli.plan import ModelFeatures, RunPlan, plan_run
+from optcli.plan.run_state import Reference
 from optcli.report import (
     AccuracyResult,
     ConfigFileRecord,
@@ -38,7 +39,7 @@ from optcli.report import (
     details_from_json,
 )
 from optcli.stage_cache import cache_key, cached_artifact, load_record, write_record
-from optcli.stage_measure import Measurements, Reference
+from optcli.stage_measure import Measurements
 from optcli.stages import Stage, StageContext, all_stages
 from optcli.targets import resolve_target
 from optcli.tensor_spec import TensorSpec, merge_pinned, with_batch

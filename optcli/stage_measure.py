@@ -4,9 +4,7 @@ final artifact as deployed. The pipeline calls these; stages never measure thems
 from __future__ import annotations
 
 import json
-from typing import Any, TypedDict
-
-import numpy as np
+from typing import Any
 
 from optcli.accuracy import compare_outputs
 from optcli.accuracy_summary import AccuracySummary
@@ -16,6 +14,7 @@ from optcli.config import CompileConfig
 from optcli.errors import OptcliError, StageError, UsageError, model_error_line
 from optcli.latency import LatencyStats, stats_from_samples, time_calls
 from optcli.onnx_model import graph_summary
+from optcli.plan.run_state import Reference
 from optcli.report import AccuracyResult, FinalArtifact, GraphStats, LatencyPair, StageReport
 from optcli.runtime.pool import session_options
 from optcli.stages import Stage, StageContext
@@ -29,14 +28,6 @@ STAGE_MAX_SECONDS = 1.0
 STAGE_WARMUP_RUNS = 2
 # A full measurement may stop early ([bench] settle) only from this many calls on: its p90 needs them.
 SETTLE_MIN_RUNS_FULL = 20
-
-
-class Reference(TypedDict):
-    """The FP32 reference on the run's fixed random inputs: the inputs, the outputs, and what computed them."""
-
-    feeds: dict[str, np.ndarray]
-    outputs: list[np.ndarray]
-    kind: str  # torch-fp32 (PyTorch eager) or onnx-fp32 (the user's ONNX as given)
 
 
 class Measurements:

@@ -10,10 +10,18 @@ if TYPE_CHECKING:
     import numpy as np
 
     from optcli.artifact import Artifact
-    from optcli.stage_measure import Reference
 
 # (output arrays, output names): what a model computed on a sample set
 Outputs = tuple[list["np.ndarray"], list[str]]
+
+
+class Reference(TypedDict):
+    """The FP32 reference on the run's fixed random inputs: the inputs, the outputs, and what computed them
+    (optcli/stage_measure.py computes it once per run)."""
+
+    feeds: dict[str, np.ndarray]
+    outputs: list[np.ndarray]
+    kind: str  # torch-fp32 (PyTorch eager) or onnx-fp32 (the user's ONNX as given)
 
 
 class UnpadTwin(TypedDict):
