@@ -135,6 +135,10 @@ def test_concurrency_runs_batches_side_by_side(seq_onnx):
     with optcli.load(seq_onnx, concurrency=2, batching={"max_batch_size": 4}) as m:
         got = call_together(lambda x: [m.predict(x)["y"] for _ in range(25)][-1], xs)
         batcher = m._batcher  # the count of free sessions is internal state
+        # A caller has its result before the leader gives its session back (the batch's results are set, then
+        # the handle returns): wait for that, as close() does; a lost session never comes back.
+        with batcher.cond:
+            batcher.cond.wait_for(lambda: batcher.idle == batcher.handles and not batcher.queue, timeout=10)
         assert batcher.idle == batcher.handles == 2 and not batcher.queue
         assert m.stats()["rows"] == 16 * 25
     for g, x in zip(got, xs):
