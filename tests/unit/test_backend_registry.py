@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,29 +81,36 @@ def _strings(node: ast.AST) -> list[str]:
     return []
 
 
-def backend_knowledge_outside_backends() -> list[str]:
-    """`file:line: code` of every comparison outside optcli/backends/ of a format/backend/suffix with a
-    registered backend's name, format, suffix or Triton name, and every registered suffix spelled out."""
-    backends = registry.all_backends()
-    names = {*registry.names(), *registry.formats(), *(b.triton_platform for b in backends if b.triton_platform)}
-    suffixes = {s for b in backends for s in (*b.suffixes, *b.companions)}
+def offending_lines(bad: Callable[[ast.AST], bool]) -> list[str]:
+    """`file:line: code` of every AST node `bad` flags in a module of the package outside optcli/backends/."""
     found = []
     for f in sorted(ROOT.rglob("*.py")):
         if (ROOT / "backends") in f.parents:
             continue
         text = f.read_text(encoding="utf-8")
         lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
-            bad = False
-            if isinstance(node, ast.Compare):
-                operands = [node.left, *node.comparators]
-                literals = {s for o in operands for s in _strings(o)}
-                bad = any(_subject(o) for o in operands) and bool(literals & names)
-            if isinstance(node, ast.Constant) and node.value in suffixes:
-                bad = True
-            if bad:
-                found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+        found += [f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+                  for node in ast.walk(ast.parse(text)) if bad(node)]
     return found
+
+
+def backend_knowledge_outside_backends() -> list[str]:
+    """`file:line: code` of every comparison outside optcli/backends/ of a format/backend/suffix with a
+    registered backend's name, format, suffix or Triton name, and every registered suffix spelled out."""
+    backends = registry.all_backends()
+    names = {*registry.names(), *registry.formats(), *(b.triton_platform for b in backends if b.triton_platform)}
+    suffixes = {s for b in backends for s in (*b.suffixes, *b.companions)}
+
+    def bad(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant) and node.value in suffixes:
+            return True
+        if not isinstance(node, ast.Compare):
+            return False
+        operands = [node.left, *node.comparators]
+        literals = {s for o in operands for s in _strings(o)}
+        return any(_subject(o) for o in operands) and bool(literals & names)
+
+    return offending_lines(bad)
 
 
 def test_no_backend_comparisons_outside_the_backends_folder() -> None:
@@ -126,18 +134,8 @@ def names_compared_outside_backends() -> list[str]:
     backend's or target's name as a string constant: what a stage, the planner or the CLI needs to know of a
     backend belongs in its descriptor (registry.Backend), asked through a lookup, never by its name."""
     names = {*registry.names(), *registry.targets()}
-    found = []
-    for f in sorted(ROOT.rglob("*.py")):
-        if (ROOT / "backends") in f.parents:
-            continue
-        text = f.read_text(encoding="utf-8")
-        lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Compare):
-                literals = {s for o in (node.left, *node.comparators) for s in _strings(o)}
-                if literals & names:
-                    found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
-    return found
+    return offending_lines(lambda node: isinstance(node, ast.Compare) and bool(
+        {s for o in (node.left, *node.comparators) for s in _strings(o)} & names))
 
 
 def test_no_backend_or_target_name_is_compared_outside_the_backends_folder() -> None:
@@ -155,26 +153,22 @@ def test_the_name_check_finds_comparisons_of_any_subject(tmp_path: Path, monkeyp
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
     assert sorted(int(line.split(":")[1]) for line in names_compared_outside_backends()) == [1, 2, 3, 5]
 
+
 def targets_compared_by_name() -> list[str]:
     """`file:line: code` of every comparison outside optcli/backends/ of a target (a name or attribute called
     `target`) with any target's name as a string, optcli's own (`auto`, `cpu`) included: ask
     optcli.plan.build_choice (builds_on_cpu, work_for) or compare with config.AUTO / config.CPU."""
     from optcli.config import TARGETS
 
-    found = []
-    for f in sorted(ROOT.rglob("*.py")):
-        if (ROOT / "backends") in f.parents:
-            continue
-        text = f.read_text(encoding="utf-8")
-        lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Compare):
-                operands = [node.left, *node.comparators]
-                subject = any((isinstance(o, ast.Name) and o.id == "target")
-                              or (isinstance(o, ast.Attribute) and o.attr == "target") for o in operands)
-                if subject and {s for o in operands for s in _strings(o)} & set(TARGETS):
-                    found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
-    return found
+    def bad(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Compare):
+            return False
+        operands = [node.left, *node.comparators]
+        subject = any((isinstance(o, ast.Name) and o.id == "target")
+                      or (isinstance(o, ast.Attribute) and o.attr == "target") for o in operands)
+        return subject and bool({s for o in operands for s in _strings(o)} & set(TARGETS))
+
+    return offending_lines(bad)
 
 
 def test_no_target_is_compared_by_name_outside_the_backends_folder() -> None:
@@ -191,28 +185,20 @@ def test_the_target_check_finds_its_own_targets_too(tmp_path: Path, monkeypatch:
     assert sorted(int(line.split(":")[1]) for line in targets_compared_by_name()) == [1, 2, 4]
 
 
-# Modules that may ask `optcli.targets.tensorrt_family`: its definition. Everything else asks
-# registry.graph_needs(target) for a property of the target's builder, or optcli.plan.build_choice
-# (builds_on_cpu, work_for) which work builds for it (docs/backends.md).
-TENSORRT_FAMILY_CALLERS = {"targets.py"}
-
-
 def tensorrt_family_callers() -> list[str]:
-    """`file:line` of every use of the name `tensorrt_family` outside optcli/backends/ and the allowlist."""
-    found = []
-    for f in sorted(ROOT.rglob("*.py")):
-        if (ROOT / "backends") in f.parents or f.relative_to(ROOT).as_posix() in TENSORRT_FAMILY_CALLERS:
-            continue
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
-                     [node.id] if isinstance(node, ast.Name) else
-                     [node.attr] if isinstance(node, ast.Attribute) else [])
-            if "tensorrt_family" in names:
-                found.append(f"{f.relative_to(ROOT.parent)}:{node.lineno}")
-    return found
+    """`file:line: code` of every use of the name `tensorrt_family` outside optcli/backends/. The predicate ("does
+    this target end in a TensorRT engine?") is gone: a module asks registry.graph_needs(target) for a property
+    of the target's builder, or optcli.plan.build_choice (builds_on_cpu, work_for) which work builds for it."""
+
+    def names(node: ast.AST) -> list[str]:
+        return ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                [node.id] if isinstance(node, ast.Name) else
+                [node.attr] if isinstance(node, ast.Attribute) else [])
+
+    return offending_lines(lambda node: "tensorrt_family" in names(node))
 
 
-def test_only_the_allowlisted_modules_ask_whether_a_target_is_tensorrt() -> None:
+def test_no_module_asks_whether_a_target_is_tensorrt() -> None:
     assert tensorrt_family_callers() == []
 
 
@@ -221,11 +207,11 @@ def test_the_tensorrt_family_check_finds_imports_and_calls(tmp_path: Path, monke
     (pkg / "backends").mkdir(parents=True)
     (pkg / "stages").mkdir()
     (pkg / "backends" / "inside.py").write_text("from optcli.targets import tensorrt_family\n")
-    (pkg / "targets.py").write_text("def tensorrt_family(target):\n    return tensorrt_family\n")
     (pkg / "stages" / "fuse.py").write_text("from optcli.targets import tensorrt_family\n"
                                            "import optcli.targets\nx = optcli.targets.tensorrt_family(t)\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
-    assert tensorrt_family_callers() == ["optcli/stages/fuse.py:1", "optcli/stages/fuse.py:3"]
+    assert [line.split(": ")[0] for line in tensorrt_family_callers()] == ["optcli/stages/fuse.py:1",
+                                                                           "optcli/stages/fuse.py:3"]
 
 
 def test_lookups_by_name_format_and_suffix() -> None:
