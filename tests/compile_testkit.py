@@ -358,6 +358,18 @@ def sharded_copy(source: Path, folder: Path) -> dict[str, Any]:
     return index
 
 
+def load_module(name: str, path: Path) -> Any:
+    """A Python file that is not a package module (a benchmark's model factory), imported under `name`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess: the repo on PYTHONPATH, 2 threads, no colours."""
     env = dict(os.environ)

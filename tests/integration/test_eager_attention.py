@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from compile_testkit import load_module
+
 pytestmark = pytest.mark.slow
 FACTORIES = '''
 import torch
@@ -34,8 +36,6 @@ def swin():
 @pytest.mark.parametrize("family", ["t5", "swin"])
 def test_dynamic_batch_through_eager_attention(family: str, tmp_path: Path, torch_mod: Any) -> None:
     pytest.importorskip("transformers")
-    import importlib.util
-
     import onnxruntime as ort
 
     from optcli import api
@@ -47,9 +47,7 @@ def test_dynamic_batch_through_eager_attention(family: str, tmp_path: Path, torc
     export = report.stage("export")
     assert export is not None and export.details["dynamic_batch"] is True
     assert export.details["attention"].startswith("eager (the SDPA export failed")
-    spec = importlib.util.spec_from_file_location("families_check", factory)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = load_module("families_check", factory)
     model, example = getattr(module, family)()
     rng = np.random.default_rng(2)
     feeds = {k: (rng.integers(3, 100, (3, *v.shape[1:])) if not v.is_floating_point()

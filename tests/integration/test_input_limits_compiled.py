@@ -9,9 +9,7 @@ with a raw message about a node); that export's own fixed dims (every input); an
 test_input_limits.py) fixed dims other than the sequence: the batch, an image's height and width."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -20,7 +18,7 @@ import numpy as np
 import pytest
 
 import optcli
-from compile_testkit import REPO
+from compile_testkit import REPO, load_module
 from optcli.errors import UsageError
 from serve_testkit import needs_server, optcli_serve
 
@@ -30,16 +28,7 @@ ort = pytest.importorskip("onnxruntime")
 NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 
 
-def _corpus() -> Any:
-    spec = importlib.util.spec_from_file_location("unpad_corpus_models", REPO / "benchmarks" / "unpad_corpus_models.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-corpus = _corpus()
+corpus = load_module("unpad_corpus_models", REPO / "benchmarks" / "unpad_corpus_models.py")
 S = corpus.LENGTH
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compile_testkit import cli_env
+from compile_testkit import cli_env, load_module
 from optcli import api
 
 NETS = textwrap.dedent('''
@@ -154,13 +154,9 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def cnn_onnx(nets: Path) -> Path:
     """The wide-conv CNN as a user's ONNX (TorchScript exporter: module paths live in node names)."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location("fallback_nets", nets / "nets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module("fallback_nets", nets / "nets.py")
     model, args = mod.cnn()
     path = nets / "cnn.onnx"
     torch.onnx.export(model, args, str(path), dynamo=False, input_names=["x"], output_names=["y"],

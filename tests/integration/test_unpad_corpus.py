@@ -9,30 +9,19 @@ The default run holds one case of each construct that broke the rewrite before; 
 (benchmarks/unpad_corpus.py prints it: docs/benchmarks/unpad-corpus.md) is marked slow."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from compile_testkit import REPO
+from compile_testkit import REPO, load_module
 
 pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")
 
 
-def _corpus() -> Any:
-    spec = importlib.util.spec_from_file_location("unpad_corpus_models", REPO / "benchmarks" / "unpad_corpus_models.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-corpus = _corpus()
+corpus = load_module("unpad_corpus_models", REPO / "benchmarks" / "unpad_corpus_models.py")
 # One case per construct that broke the rewrite before issue 31 (see docs/benchmarks/unpad-corpus.md).
 DEFAULT = {
     ("sentence-transformers (bert, mean pool, L2)", "torchscript-fixed", 17),  # token_type_ids buffer Expand

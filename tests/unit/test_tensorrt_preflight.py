@@ -233,3 +233,13 @@ def test_a_pooling_window_of_100000_elements_or_more():
         m = model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[k, k], strides=[k, k], ceil_mode=1,
                                     name="pool")], [x], [vi("y", shape=("N", 3, 1, 1))])
         assert rules(m) == expected
+
+
+def test_a_findings_json_has_exactly_its_declared_keys() -> None:
+    import dataclasses
+
+    from optcli.backends.tensorrt.preflight import Finding, FindingJSON
+
+    finding = Finding(3, "n", "Op", "rule", "why", "src")
+    assert list(finding.to_json()) == [f.name for f in dataclasses.fields(Finding)] == list(FindingJSON.__annotations__)
+    assert finding.to_json()["node"] == 3 and finding.to_json()["source"] == "src"

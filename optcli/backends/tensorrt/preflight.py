@@ -29,9 +29,9 @@ source):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from optcli.backends.tensorrt.onnx_support import (
     NEWER_OPS,
@@ -72,6 +72,8 @@ _NO_INPUT_TYPE_CHECK = ("ConstantOfShape", "NonZero")
 
 
 class FindingJSON(TypedDict):
+    """Finding.to_json(): its fields, as written into `optcli check --json` and the preflight's errors."""
+
     node: int | None
     node_name: str
     op: str
@@ -97,8 +99,7 @@ class Finding:
         return f"{where} ({self.op or '-'}): {self.reason} [{self.rule}; {self.source}]"
 
     def to_json(self) -> FindingJSON:
-        return FindingJSON(node=self.node, node_name=self.node_name, op=self.op, rule=self.rule, reason=self.reason,
-                           source=self.source)
+        return cast(FindingJSON, asdict(self))  # the same fields, by construction
 
 
 class _Graph:
