@@ -121,6 +121,23 @@ def make_matmul(path: Path, width: int = 64, scale: float = 1.0) -> Path:
     return path
 
 
+def make_ids_times_mask(path: Path) -> Path:
+    """input_ids, attention_mask [batch, sequence] -> h = ids x mask: an encoder's signature (a dynamic
+    sequence axis and a mask), so requests of different lengths can share a gathered batch."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    seq = ["batch", "sequence"]
+    graph = helper.make_graph([helper.make_node("Mul", ["input_ids", "attention_mask"], ["h"])], "ids_times_mask",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
+                               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq)],
+                              [helper.make_tensor_value_info("h", TensorProto.INT64, seq)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # onnxruntime refuses the IR version onnx writes by default
+    onnx.save(model, str(path))
+    return path
+
+
 def make_conv_calib(folder: Path, rows: int = 16) -> Path:
     """Calibration samples for make_conv_bn_relu_add's inputs X (rows, 3, 8, 8) and Z (rows, 4, 8, 8)."""
     import numpy as np

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import optcli
-from compile_testkit import call_together
+from compile_testkit import call_together, make_ids_times_mask
 from optcli.batch_merge import merge_key
 from optcli.batching import BatchingOptions, batching_options, parse_batching, pick_batch
 from optcli.errors import UsageError
@@ -145,24 +145,10 @@ def test_concurrency_runs_batches_side_by_side(seq_onnx):
         np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
 
 
-def _masked_model(path: Path) -> Path:
-    """input_ids, attention_mask [batch, sequence] -> h = ids x mask [batch, sequence]: an encoder's
-    signature, so requests of different lengths share a gathered batch (padding-aware batching)."""
-    seq = ["batch", "sequence"]
-    graph = helper.make_graph([helper.make_node("Mul", ["input_ids", "attention_mask"], ["h"])], "masked",
-                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
-                               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq)],
-                              [helper.make_tensor_value_info("h", TensorProto.INT64, seq)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = IR_VERSION
-    onnx.save(model, str(path))
-    return path
-
-
 @pytest.mark.parametrize(("padding", "calls"), [("bucket", 2), ("auto", 2), ("longest", 1)])
 def test_stats_count_gathered_batches_and_the_runner_calls_they_ran_as(tmp_path, padding, calls):
     """One gathered batch of short and long requests runs as one call per length group: stats say both."""
-    path = _masked_model(tmp_path / "masked.onnx")
+    path = make_ids_times_mask(tmp_path / "masked.onnx")
     lengths = [2, 60, 2, 60, 2, 60]
     requests = [{"input_ids": np.arange(1, n + 1)[None], "attention_mask": np.ones((1, n), np.int64)} for n in lengths]
     policy = {"max_batch_size": len(lengths), "max_queue_delay_microseconds": 5_000_000, "padding": padding,

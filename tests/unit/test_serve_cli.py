@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import optcli
-from compile_testkit import blocker_source, cli_env, run_main
+from compile_testkit import blocker_source, cli_env, make_ids_times_mask, run_main
 from optcli.artifact import sha256_file
 from optcli.errors import UsageError
 from triton_fixtures import conv_onnx, parse_config
@@ -140,23 +140,6 @@ def test_optcli_serve_stays_callable_after_its_package_is_imported() -> None:
         optcli.serve("model.onnx", bogus=1)
 
 
-def _encoder_onnx(path: Path) -> Path:
-    """input_ids, attention_mask [batch, sequence] -> h = ids x mask: an encoder's signature (a dynamic
-    sequence axis and a mask), so its requests of different lengths can share a call."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    seq = ["batch", "sequence"]
-    graph = helper.make_graph([helper.make_node("Mul", ["input_ids", "attention_mask"], ["h"])], "encoder",
-                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
-                               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq)],
-                              [helper.make_tensor_value_info("h", TensorProto.INT64, seq)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
-
-
 @needs_wheel
 @pytest.mark.parametrize("padding", ["bucket", "longest", "off"])
 def test_serve_padding_flag_reaches_the_served_runner(tmp_path, monkeypatch, padding):
@@ -164,7 +147,7 @@ def test_serve_padding_flag_reaches_the_served_runner(tmp_path, monkeypatch, pad
     start()) opens the runner with that padding plan; only launching tritonserver is left out."""
     from optcli.serve.server import TritonServer
 
-    source = _encoder_onnx(tmp_path / "encoder.onnx")
+    source = make_ids_times_mask(tmp_path / "encoder.onnx")
     plans: list[object] = []
 
     def launch(self: TritonServer, *args: object) -> None:
