@@ -9,7 +9,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from optcli.atomic_write import write_text_atomic
 from optcli.report.json_record import JSONObject
@@ -37,22 +36,18 @@ def _one_build_stage(data: JSONObject) -> JSONObject:
     `gate_deferred_to` says "build"."""
     from optcli.plan.stage_names import FORMER_BUILD_NAMES, StageName
 
-    stages: list[Any] = []
-    builds: list[JSONObject] = []
+    builds = [row for row in data["stages"] if row.get("name") in FORMER_BUILD_NAMES]
+    kept: JSONObject = next((row for row in builds if row.get("status") != "skipped"), builds[0]) if builds else {}
+    stages: list[JSONObject] = []
     for row in data["stages"]:
         if row.get("name") in FORMER_BUILD_NAMES:
-            builds.append(row)
-            if len(builds) > 1:
-                continue
-            stages.append(None)  # where the build row goes
-        else:
-            accuracy = row.get("accuracy")
-            if isinstance(accuracy, dict) and accuracy.get("gate_deferred_to") in FORMER_BUILD_NAMES:
-                row = {**row, "accuracy": {**accuracy, "gate_deferred_to": str(StageName.BUILD)}}
-            stages.append(row)
-    if builds:
-        kept = next((b for b in builds if b.get("status") != "skipped"), builds[0])
-        stages[stages.index(None)] = {**kept, "name": str(StageName.BUILD)}
+            if row is builds[0]:  # the build row stands where the first of the two stood
+                stages.append({**kept, "name": str(StageName.BUILD)})
+            continue
+        accuracy = row.get("accuracy")
+        if isinstance(accuracy, dict) and accuracy.get("gate_deferred_to") in FORMER_BUILD_NAMES:
+            row = {**row, "accuracy": {**accuracy, "gate_deferred_to": str(StageName.BUILD)}}
+        stages.append(row)
     return {**data, "stages": stages}
 
 
