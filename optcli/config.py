@@ -121,6 +121,8 @@ class QuantizeConfig(Freezable):
     fallback: bool = True             # exclude sensitive nodes automatically when the gate fails
     fallback_budget: float = 300.0    # seconds the INT8 fallback search may take
     flavour: str = "auto"             # auto | qdq (TensorRT-ready Q/DQ) | dynamic (ORT CPU, transformers)
+    # INT8 on the CPU: ship the FP32 graph where INT8 is not faster or no INT8 candidate meets the tolerance
+    allow_float: bool = False
 
 
 PRECISIONS = ("fp32", "fp16", "int8", "bf16")
@@ -205,6 +207,9 @@ class CompileConfig(Freezable):
         if self.quantize.precision not in PRECISIONS:
             raise UsageError(f"unknown precision {self.quantize.precision!r}",
                              hint=f"use one of: {', '.join(PRECISIONS)}")
+        if self.quantize.allow_float and self.quantize.precision != "int8":
+            raise UsageError("--allow-float goes with --int8 (it lets the CPU build ship FP32 instead of INT8)",
+                             hint="add --int8 --calib DIR, or drop --allow-float")
         if self.quantize.precision == "int8" and self.quantize.calib is None:
             raise UsageError("--int8 needs calibration data",
                              hint="pass --calib DIR (a folder of .npz files, keys = input names)")

@@ -116,6 +116,7 @@ FLAGS = {
     "calib": "quantize.calib", "eval_dir": "quantize.eval", "calib_reader": "quantize.calib_reader",
     "calib_samples": "quantize.calib_samples", "calib_method": "quantize.calib_method",
     "int8_flavour": "quantize.flavour", "fallback_budget": "quantize.fallback_budget",
+    "allow_float": "quantize.allow_float",
 }
 
 
@@ -204,6 +205,9 @@ def _apply_quantize_flags(ctx: click.Context, config: CompileConfig, params: Map
 @click.option("--no-fallback", is_flag=True, help="Do not exclude sensitive nodes automatically.")
 @click.option("--fallback-budget", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
               help="Time the INT8 fallback search may take.")
+@click.option("--allow-float", is_flag=True,
+              help="With --int8 on a CPU: ship the FP32 graph where INT8 is not faster than it or no INT8 candidate "
+                   "meets the tolerance (the report says why) instead of a slower INT8 or exit 3.")
 @click.option("--int8-flavour", type=click.Choice(["auto", "qdq", "qdq-s8s8", "qdq-u8s8", "dynamic"]),
               default="auto", show_default=True, help="Where Q/DQ sit; auto picks per target and model.")
 @click.option("--triton-repo", type=click.Path(path_type=Path),

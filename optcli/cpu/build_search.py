@@ -192,19 +192,29 @@ class CpuBuild(BuildWork):
             why = f"{why}; {chosen.name} (the most accurate) is kept for inspection"
         if search.degraded:
             why = f"{why} ({search.degraded})"
-        versus = self._against_fp32(chosen, float_art, ev, timing)
+        allow_float = self.ctx.config.quantize.allow_float and float_art is not None
+        versus = self._against_fp32(chosen, float_art, ev, timing, always=allow_float)
         if versus is not None and versus.note():
             why = f"{why}; {versus.note()}"
         if artifact.format != registry.ONNX and artifact.stage is not None:
             why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
-        out = self._place(chosen, artifact, workdir)
+        floated = _float_instead(chosen, versus) if allow_float else None
+        if floated is not None:
+            assert float_art is not None
+            why = f"--allow-float: shipped the FP32 graph on onnxruntime, {floated} ({why})"
+            out = self._place_input(float_art, workdir, registry.for_format(registry.ONNX).name,
+                                    {"candidate": FLOAT_CHOICE, "runner_options": {}, "flavour": None})
+            chosen_name, accuracy = FLOAT_CHOICE, _identical(reference, names)
+        else:
+            out = self._place(chosen, artifact, workdir)
+            chosen_name, accuracy = chosen.name, {**(chosen.accuracy or {})}
         if not cfg.keep_candidates:
             shutil.rmtree(workdir / "candidates", ignore_errors=True)
         for leftover in workdir.glob("*-named.onnx"):
             leftover.unlink()
         details = {
             "precision": self.ctx.config.quantize.precision, "backend": cfg.backend, "tolerance": tol.to_json(),
-            "chosen": chosen.name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
+            "chosen": chosen_name, "why": why, "candidates": [c.to_json() for c in cands], "measurement": timing,
             "search": {k: v for k, v in search.to_json().items() if k != "candidates"},
             "evaluation": {"samples": len(ev), "data": ev.source, "labels": ev.labels is not None,
                            "reference": f"FP32 ONNX ({float_art.path.parent.name}/{float_art.path.name}) "
@@ -224,14 +234,14 @@ class CpuBuild(BuildWork):
         leftover = workdir / UNPADDED_SOURCE
         if leftover.exists() and not cfg.keep_candidates:
             leftover.unlink()
-        accuracy: AccuracySummary = {**(chosen.accuracy or {})}
         accuracy["reference"] = "fp32-onnx" if float_art else "torch-fp32"
         return StageResult(out, details, accuracy=accuracy)
 
     def _against_fp32(self, chosen: Candidate, float_art: Artifact | None, ev: SampleSet,
-                      timing: Measurement) -> Versus | None:
+                      timing: Measurement, always: bool = False) -> Versus | None:
         """The chosen INT8 against the FP32 reference graph, measured where the priors do not assume INT8 wins
-        (on the search's inputs: evaluation samples where there are enough)."""
+        or `always` (--allow-float: the choice between them follows the measurement), on the search's inputs:
+        evaluation samples where there are enough."""
         from optcli.cpu import int8_vs_fp32
         from optcli.cpu.isa import detect
         from optcli.runtime.pool import session_options
@@ -239,7 +249,7 @@ class CpuBuild(BuildWork):
 
         if chosen.precision != "int8" or not chosen.passed or float_art is None or "features" not in timing:
             return None
-        if int8_vs_fp32.assumed_faster(Features(**timing["features"])):
+        if not always and int8_vs_fp32.assumed_faster(Features(**timing["features"])):
             return None
         threads, batch = self.ctx.config.bench.threads, self.ctx.config.bench.batch
         arrays = (ev.take(slice(0, batch)).arrays if len(ev) >= batch else
@@ -405,15 +415,19 @@ class CpuBuild(BuildWork):
             meta["flavour"] = chosen.name
             return Artifact(workdir / chosen.path.name, chosen.format, precision=chosen.precision, stage=self.name,
                             parent=artifact.sha256, backend=chosen.backend, meta=meta)
+        return self._place_input(artifact, workdir, chosen.backend, {**meta, "flavour": artifact.meta.get("flavour")})
+
+    def _place_input(self, artifact: Artifact, workdir: Path, backend: str, meta: dict[str, object]) -> Artifact:
+        """`artifact` linked (its external data copied) as the stage folder's model.<suffix>, to run on `backend`
+        as it is."""
         target = workdir / f"model{artifact.path.suffix}"
         _link_or_copy(artifact.path, target)
         external = onnx_external_files(artifact.path) if registry.is_onnx_file(artifact.path) else []
         for extra in external:  # a copy: onnx.load refuses hard-linked external data
             shutil.copyfile(artifact.path.parent / extra, workdir / extra)
-        meta["flavour"] = artifact.meta.get("flavour")
-        meta["external_data"] = external
+        meta = {**meta, "external_data": external}
         return Artifact(target, artifact.format, precision=artifact.precision, stage=self.name, parent=artifact.sha256,
-                        backend=chosen.backend, meta=meta)
+                        backend=backend, meta=meta)
 
     def _cpu_facts(self) -> dict[str, object]:
         """The CPU's name and cores, and what each installed backend records of it (its `machine_facts`)."""
@@ -422,6 +436,27 @@ class CpuBuild(BuildWork):
             if backend.machine_facts and backend.installed():
                 facts.update(registry.load_object(backend.machine_facts)())
         return facts
+
+
+FLOAT_CHOICE = "onnxruntime-fp32-graph"  # --allow-float's choice: the FP32 reference graph, on onnxruntime
+
+
+def _float_instead(chosen: Candidate, versus: Versus | None) -> str | None:
+    """Why --allow-float ships the FP32 graph instead of `chosen` (None: INT8 stays)."""
+    if not chosen.passed:
+        return "no INT8 candidate met the tolerance on this CPU"
+    if versus is not None and not versus.faster:
+        return (f"INT8 was not faster: {versus.int8_name} {versus.int8_p50:.3f} ms vs FP32 {versus.fp32_p50:.3f} ms "
+                f"p50 on this CPU ({versus.isa})")
+    return None
+
+
+def _identical(reference: list, names: list[str]) -> AccuracySummary:
+    """The accuracy of the FP32 reference graph on onnxruntime: the reference itself (the same graph, runtime and
+    held-out rows computed it), so the comparison is of those outputs with themselves."""
+    from optcli.accuracy import compare_outputs
+
+    return compare_outputs(reference, reference, names)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -6,7 +6,7 @@ process from the runtimes' own queries, /proc/cpuinfo only where none answers.
 | avx512     | AVX-512 Foundation                                                                   |
 | vnni       | AVX-512 VNNI or AVX-VNNI: u8 x s8 dot products accumulate in int32 (VPDPBUSD).       |
 |            | Without it (VPMADDUBSW) two u8*s8 products are summed into an int16 that saturates:  |
-|            | INT8 recipes then use 7-bit weights (NNCF's overflow fix, onnxruntime's reduce_range) |
+|            | onnxruntime's u8/s8 Q/DQ then uses 7-bit weights (reduce_range; NNCF keeps 8, measured)|
 | amx        | AMX tiles (INT8 and BF16 matrix units)                                              |
 | bf16       | native BF16 arithmetic (AVX-512 BF16 or AMX-BF16): OpenVINO's BF16 candidate         |
 
@@ -57,7 +57,7 @@ class CpuIsa:
 
     @property
     def u8s8_saturates(self) -> bool:
-        """x86 without VNNI: INT8 recipes use 7-bit weights (NNCF's overflow fix, onnxruntime's reduce_range)."""
+        """x86 without VNNI: onnxruntime's u8/s8 Q/DQ uses 7-bit weights (reduce_range)."""
         return self.x86 and self.int8 == "plain"
 
     @property

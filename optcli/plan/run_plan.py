@@ -129,7 +129,10 @@ def unrouted_plan(config: Any, target: str, stages: Iterable[str] | None = None,
 
     reg = registry if registry is not None else importlib.import_module("optcli.backends.registry")
     names = tuple(StageName(s) for s in (stages if stages is not None else StageName))
-    gate_deferred = cpu_int8_candidates_follow(config, target, reg)
+    # The CPU build has the INT8 gate's last word where its own INT8 candidates follow, or where --allow-float
+    # lets it ship the FP32 graph instead.
+    gate_deferred = cpu_int8_candidates_follow(config, target, reg) or (
+        config.quantize.allow_float and work_for(target) == CPU_SEARCH)
     return RunPlan(target=target, stages=names, build_work=work_for(target), int8_gate_deferred=gate_deferred,
                    int8_fallback_deferred=gate_deferred and cpu_config(config).search == "fast",
                    route_pending=any(s in names for s in ROUTE_STAGES))

@@ -126,3 +126,15 @@ def test_transformers_resnet_and_bert_from_configs_pass_the_preflight(doubles, t
         report = api.compile(path, out=tmp_path / f"out-{name}", target="tensorrt", tensorrt={"batch": "1/2/16"},
                              **options, **extra, **FAST)
         assert_tensorrt_run(report, precision, tmp_path / f"out-{name}")
+
+
+def test_allow_float_is_refused_for_an_engine_before_anything_runs(doubles, cnn_pt2, tmp_path):
+    from optcli import api
+    from optcli.errors import UsageError
+
+    calib = npz_dir(tmp_path, "calib", {"x": lambda i: np.random.default_rng(i).standard_normal((8, 3, 16, 16))
+                                        .astype(np.float32)})
+    with pytest.raises(UsageError, match="--allow-float applies to the CPU build"):
+        api.compile(cnn_pt2, out=tmp_path / "out", target="tensorrt", int8=True, calib=calib, allow_float=True,
+                    **FAST)
+    assert doubles.builds == 0 and not (tmp_path / "out" / "report.json").exists()

@@ -110,9 +110,9 @@ def nncf_int8(onnx_path: Path, folder: Path, calib: SampleSet, *, transformer: b
     """NNCF post-training INT8 of the FP32 ONNX (as an IR) from the calibration samples, with NNCF's
     defaults except: every sample is used (subset_size), transformer encoders get
     model_type=TRANSFORMER (its SmoothQuant and placement; without it a pretrained sentence encoder
-    fell to cosine 0.63 here), the user's exclusions become its ignored scope, and `overflow_fix`
+    fell to cosine 0.63 here), the user's exclusions become its ignored scope. `overflow_fix`
     (NNCF's OverflowFix value: enable | first_layer_only | disable; None: NNCF's default,
-    first_layer_only) where the CPU's u8 x s8 kernels saturate (optcli/cpu/isa.py)."""
+    first_layer_only) is for measurements (benchmarks/isa_int8.py): the recipes keep NNCF's default."""
     ov = require("openvino", "NNCF INT8 for OpenVINO")
     # NNCF imports torch where it is installed (its torch tensor functions at import, its backend check in
     # quantize: 0.9 s here) though an ov.Model never needs it; it does without it where it finds none.

@@ -107,6 +107,9 @@ class EngineBuild(BuildWork):
     def check_plan(self) -> None:
         """The profiles the build will need, from the model's inputs as they are now (the user's ONNX, or
         the specs the export will write), and the builder's options: a usage error before export runs."""
+        if self.ctx.config.quantize.allow_float:
+            raise UsageError("--allow-float applies to the CPU build: an engine keeps the precision its graph carries",
+                             hint="drop --allow-float, or compile for the CPU (--target cpu)")
         source = self.ctx.source
         specs = io_specs(graph_view(source.path))[0] if source.format == ONNX else self.ctx.inputs
         self._profiles(specs)
