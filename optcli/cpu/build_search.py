@@ -194,14 +194,14 @@ class CpuBuild(BuildWork):
             why = f"{why} ({search.degraded})"
         allow_float = self.ctx.config.quantize.allow_float and float_art is not None
         versus = self._against_fp32(chosen, float_art, ev, timing, always=allow_float)
-        if versus is not None and versus.note():
+        floated = _float_instead(chosen, versus) if allow_float else None
+        if versus is not None and versus.note() and floated is None:
             why = f"{why}; {versus.note()}"
         if artifact.format != registry.ONNX and artifact.stage is not None:
             why += "; the export to ONNX failed (see the export stage), so only backends that build from PyTorch ran"
-        floated = _float_instead(chosen, versus) if allow_float else None
         if floated is not None:
             assert float_art is not None
-            why = f"--allow-float: shipped the FP32 graph on onnxruntime, {floated} ({why})"
+            why = f"--allow-float: shipped the FP32 graph on onnxruntime: {floated}; among the INT8 candidates: {why}"
             out = self._place_input(float_art, workdir, registry.for_format(registry.ONNX).name,
                                     {"candidate": FLOAT_CHOICE, "runner_options": {}, "flavour": None})
             chosen_name, accuracy = FLOAT_CHOICE, _identical(reference, names)
