@@ -118,8 +118,10 @@ def quantize_int8(ctx: Any, artifact: Artifact, workdir: Path, tol: Any, stage_n
                 final_acc["gate_deferred_to"] = StageName.BUILD
     if deferred:
         final_acc["gate_deferred_to"] = StageName.BUILD
-    elif failure is not None and fallback is None and q.allow_float and ctx.plan.int8_gate_deferred:
-        final_acc["gate_deferred_to"] = StageName.BUILD  # no fallback ran: the CPU build may ship FP32 instead
+    elif failure is not None and fallback is None and ctx.plan.int8_gate_deferred:
+        # No fallback search ran (--no-fallback, or nothing to exclude): the CPU build's own INT8 candidates,
+        # or the FP32 graph under --allow-float, still get their turn before the run fails.
+        final_acc["gate_deferred_to"] = StageName.BUILD
     if excluded:
         c = int8_op_counts(out)
         final_acc["int8_ops_after_fallback"] = c["quantize_linear"] + c["dynamic_quantize"]

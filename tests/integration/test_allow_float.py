@@ -11,6 +11,7 @@ import pytest
 from compile_testkit import one_error_line, run_main
 from cpu_fixtures import QUICK, mlp_onnx, npz_dir
 from optcli import api
+from optcli.backends import registry
 from optcli.backends.recipe import Candidate
 from optcli.cpu.build_search import FLOAT_CHOICE, _float_instead
 from optcli.cpu.int8_vs_fp32 import Versus
@@ -21,6 +22,7 @@ UNREACHABLE = 0.99999999  # no INT8 graph of random weights reaches it
 
 
 def _int8(model: Path, out: Path, calib: Path, **options: object) -> api.RunReport:
+    options = {"check": True, **options}
     return api.compile(model, out=out, target="cpu", bench=False, int8=True, calib=calib,
                        fallback=False, cosine=UNREACHABLE, cpu=QUICK, **options)
 
@@ -30,6 +32,15 @@ def test_no_accurate_int8_ships_the_fp32_graph_only_when_allowed(tmp_path: Path)
     calib = npz_dir(tmp_path, "calib", seed=1)
     with pytest.raises(AccuracyError):
         _int8(model, tmp_path / "strict", calib)
+    # --no-fallback turns off the exclusion search only: the CPU build's other INT8 candidates still get their
+    # turn (the quantize stage hands its gate over), and the run fails at the build's gate.
+    strict = _int8(model, tmp_path / "strict2", calib, check=False)
+    assert strict.exit_code == 3 and strict.stage("quantize-int8").status == "ok"
+    assert strict.stage("build").status == "failed"
+    if registry.is_installed("openvino"):
+        tried = [c for c in strict.stage("build").details["candidates"] if c["backend"] == "openvino"
+                 and c["status"] != "skipped"]
+        assert tried, strict.stage("build").details["candidates"]
     r = _int8(model, tmp_path / "o", calib, allow_float=True)
     assert r.status == "ok", r.error
     assert (r.final["precision"], r.final["format"], r.final["backend"]) == ("fp32", "onnx", "onnxruntime")
