@@ -135,6 +135,11 @@ def _points_text(result: BenchResult) -> str:
 METRICS = ("p50", "throughput")
 
 
+def _significant(value: float) -> float:
+    """`value` to 6 significant digits: fixed decimals showed a slow model's 0.0039 samples/s as 0.0."""
+    return float(f"{value:.6g}")
+
+
 def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: float,
                         metric: str = "p50") -> Regression:
     """Per matched point: p50 and throughput change against the baseline, and whether `metric`
@@ -151,9 +156,9 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
         # Outside each other's 95% intervals: the change is larger than the run-to-run noise.
         beyond_noise = cur.median_ci_ms[0] > base.median_ci_ms[1] or cur.median_ci_ms[1] < base.median_ci_ms[0]
         rows.append({"batch": cur.batch, "concurrency": cur.concurrency,
-                     "p50_ms": [round(base.latency.p50, 4), round(cur.latency.p50, 4)],
+                     "p50_ms": [_significant(base.latency.p50), _significant(cur.latency.p50)],
                      "p50_change": round(p50_change, 4),
-                     "throughput": [round(base.throughput, 2), round(cur.throughput, 2)],
+                     "throughput": [_significant(base.throughput), _significant(cur.throughput)],
                      "throughput_change": round(tput_change, 4),
                      "beyond_noise": beyond_noise,
                      "regressed": p50_change > bound if metric == "p50" else -tput_change > bound})

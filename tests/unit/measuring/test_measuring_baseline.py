@@ -187,3 +187,14 @@ def test_any_edit_of_a_baseline_loads_and_compares_or_is_a_usage_error(tmp_path:
             assert row["p50_ms"][0] > 0 and row["throughput"][0] > 0
 
     check()
+
+
+@pytest.mark.parametrize("p50_ms", [256000.0, 0.00001])
+def test_rows_keep_very_slow_and_very_fast_points_nonzero(p50_ms: float) -> None:
+    """Hypothesis found it: fixed decimals rounded a 256 s/sample baseline's throughput (0.0039/s) to 0.0
+    in the comparison's rows; a 10 ns p50 went to 0.0 ms the same way."""
+    cmp = compare_to_baseline(_result({(1, 1): p50_ms * 2}), _result({(1, 1): p50_ms}), 0.1)
+    row = cmp["rows"][0]
+    assert row["p50_ms"][0] == pytest.approx(p50_ms, rel=1e-5)
+    assert row["throughput"][0] == pytest.approx(1000.0 / p50_ms, rel=1e-5)
+    assert row["regressed"]
