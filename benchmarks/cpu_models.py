@@ -103,7 +103,9 @@ def sentences(limit: int) -> list[str]:
     return out
 
 
-def _minilm():
+def minilm_encoder(attn_implementation: str | None = "eager") -> tuple[object, object]:
+    """The pretrained all-MiniLM-L6-v2 with sentence-transformers' pooling (mean over real tokens, then L2),
+    and its tokenizer; `attn_implementation` None keeps transformers' default for the checkpoint."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
@@ -111,8 +113,8 @@ def _minilm():
     from transformers import AutoModel, AutoTokenizer
 
     path = str(get_model_path())
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModel.from_pretrained(path, **extra).eval()
 
     class Net(torch.nn.Module):
         """Mean pooling over real tokens, then L2 normalization (sentence-transformers' pipeline)."""
@@ -127,12 +129,17 @@ def _minilm():
             pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
+    return Net().eval(), AutoTokenizer.from_pretrained(path)
+
+
+def _minilm():
+    net, tok = minilm_encoder()
     text = sentences(384)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(text))
     enc = tok([text[i] for i in order], padding="max_length", truncation=True, max_length=SEQ, return_tensors="np")
     arrays = {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
-    return Net().eval(), arrays, len(text) * 2 // 3
+    return net, arrays, len(text) * 2 // 3
 
 
 def build(name: str, out: Path) -> Path:

