@@ -17,7 +17,8 @@ corpus; a request's length is its token count + [CLS] and [SEP], cut at 128.
 Regimes (every one timed in the same interleaved run, rounds alternate the systems):
 - batched: C callers, each sending batch-1 requests back to back for `--seconds`. optcli INT8 with
   padding-aware batching (padding "auto": a gathered batch runs as the calls of similar length that
-  cost least, on one session with default threads, and on one single-threaded session per core;
+  cost least, on one session with default threads, on one single-threaded session per core, and on
+  the adaptive layout (those sessions plus one with every core for a request that runs alone);
   "longest": one call padded to the batch's longest) and the same artifact loaded with
   batching but padding off (only equal lengths share a batch), and the peer: OpenVINO+NNCF INT8 (same
   ONNX), each request run as it comes at its own length (dynamic padding of a batch of 1; OpenVINO's
@@ -277,6 +278,8 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
     longest_b = optcli.load(report, batching={**policy, "padding": "longest"})
     # One single-threaded session per core, each running gathered batches (docs/serve.md).
     cores_b = optcli.load(report, batching=policy, concurrency=os.cpu_count() or 1, threads=1)
+    # The adaptive layout: those sessions plus one with every core for a request that runs alone.
+    adaptive_b = optcli.load(report, batching=policy, concurrency="adaptive")
     off_b = optcli.load(report, batching={**policy, "padding": "off"})
     peer_lat, peer_tp = Peer(out / "nncf.xml", "LATENCY"), Peer(out / "nncf.xml", "THROUGHPUT")
     fp32 = optcli.load(out / "minilm.onnx")
@@ -311,7 +314,8 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
         "b1-pad128: optcli int8": (ours(plain), True, lambda: cosine(ref, [ours(plain)(r) for r in eval_128])),
         "b1-pad128: openvino+nncf int8": (peer_lat, True, lambda: cosine(ref, [peer_lat(r) for r in eval_128])),
     }
-    for fn in (ours(plain), ours(padded_b), ours(cores_b), ours(longest_b), ours(off_b), peer_lat, peer_tp):
+    for fn in (ours(plain), ours(padded_b), ours(cores_b), ours(adaptive_b), ours(longest_b), ours(off_b), peer_lat,
+               peer_tp):
         for r in eval_reqs[:24] + eval_128[:2]:  # warm-up: first runs at new shapes
             fn(r)
     systems: dict[str, dict[str, Any]] = {}
@@ -333,6 +337,8 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
         "optcli int8, padding-aware batching (auto)": (ours(padded_b), lambda: cos_concurrent(ours(padded_b))),
         "optcli int8, padding-aware batching (auto), a 1-thread session per core":
             (ours(cores_b), lambda: cos_concurrent(ours(cores_b))),
+        "optcli int8, padding-aware batching (auto), adaptive layout":
+            (ours(adaptive_b), lambda: cos_concurrent(ours(adaptive_b))),
         "optcli int8, padded to the batch's longest": (ours(longest_b), lambda: cos_concurrent(ours(longest_b))),
         "optcli int8, batching without padding": (ours(off_b), lambda: cos_concurrent(ours(off_b))),
         "openvino+nncf int8, per request (dynamic padding)": (None, lambda: cos_concurrent(peer_tp)),
@@ -371,10 +377,11 @@ def run(out: Path, callers: list[int], seconds: float, rounds: int, max_batch: i
                                     "p99_ms": round(float(np.percentile(lat, 99)), 2),
                                     "cosine_mean": round(acc["cos"][0], 5), "cosine_min": round(acc["cos"][1], 5)}
     results["batch_histograms"] = {"padding-aware (auto)": padded_b.stats(), "auto, session per core": cores_b.stats(),
+                                   "auto, adaptive layout": adaptive_b.stats(),
                                    "longest": longest_b.stats(),
                                    "no padding": off_b.stats()}
     results["load_after"] = os.getloadavg()[0]
-    for m in (plain, padded_b, cores_b, longest_b, off_b, fp32):
+    for m in (plain, padded_b, cores_b, adaptive_b, longest_b, off_b, fp32):
         m.close()
     return results
 

@@ -122,7 +122,7 @@ def triton_options(**keywords: Any) -> TritonOptions:
     return TritonOptions(**values)
 
 
-def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, batching: Any = None,
+def load(path: str | Path, *, concurrency: int | str = 1, device: str | None = None, batching: Any = None,
          length_buckets: Any = None, **options: Any) -> Runner | LengthBucketedRunner | BatchedRunner:
     """Open any artifact for inference: a report.json (its final artifact), an optcli output folder,
     .onnx, .engine, .pt2 or TorchScript (`inputs=["x:1x3x224x224"]`, which records no shapes).
@@ -132,33 +132,41 @@ def load(path: str | Path, *, concurrency: int = 1, device: str | None = None, b
     "cuda" where the backend has it; other options go to the backend's runner (e.g. `threads`,
     `optimization` for onnxruntime). `batching` (True, or a dict of Triton's dynamic_batching names:
     max_batch_size, max_queue_delay_microseconds, preferred_batch_size) gathers concurrent calls into
-    one batch (optcli/batching.py); refused for a fixed-batch artifact. `length_buckets` (True, a
-    bucket size, or {"bucket": 16, "max_groups": 4}) runs a padded batch as sub-batches of rows of
-    similar valid length (optcli/length_buckets.py): for artifacts compiled with the unpad stage.
+    one batch (optcli/batching.py); refused for a fixed-batch artifact. With batching,
+    `concurrency="adaptive"` keeps one single-threaded session per core, among which a gathered batch's
+    calls are shared, and one session with every core for a request that runs alone (docs/serve.md).
+    `length_buckets` (True, a bucket size, or {"bucket": 16, "max_groups": 4}) runs a padded batch as
+    sub-batches of rows of similar valid length (optcli/length_buckets.py): for artifacts compiled with
+    the unpad stage.
     """
-    from optcli.loaded_model import open_artifact, resolve_artifact
+    from optcli.loaded_model import resolve_artifact
 
     policy = None
     if batching is not None and batching is not False:
         from optcli.batching import batching_options
 
         policy = batching_options(batching)  # bad options fail before the model loads
+    from optcli.session_layout import check_layout, open_layout
+
+    check_layout(concurrency, policy is not None, options.get("threads"))
     buckets = None
     if length_buckets is not None and length_buckets is not False:
         from optcli.length_buckets import bucket_options
 
         buckets = bucket_options(length_buckets)
-    runner: Runner | LengthBucketedRunner = open_artifact(resolve_artifact(path), concurrency=concurrency,
-                                                          device=device, **options)
+    runner: Runner | LengthBucketedRunner
+    wide: Runner | LengthBucketedRunner | None
+    runner, wide = open_layout(resolve_artifact(path), concurrency, device=device, **options)
     if buckets is not None:
         from optcli.length_buckets import LengthBucketedRunner
 
         runner = LengthBucketedRunner(runner, buckets)  # under batching: a gathered batch splits by length
+        wide = LengthBucketedRunner(wide, buckets) if wide is not None else None
     if policy is None:
         return runner
     from optcli.batching import BatchedRunner
 
-    return BatchedRunner(runner, policy)
+    return BatchedRunner(runner, policy, wide)
 
 
 def bench(artifact: str | Path, *, batch: int | list[int] = 1, concurrency: int | list[int] = 1,

@@ -170,29 +170,60 @@ def split(outputs: Sequence[Tensor], sizes: list[int], names: list[str], lengths
     return [[o[:, :n] if c else o for o, c in zip(part, cut)] for part, n in zip(parts, lengths)]
 
 
+def call_groups(requests: list[Tensors], plan: PaddingPlan | None = None) -> list[list[int]]:
+    """The calls a gathered batch runs as, by the plan's grouping: request indices per call."""
+    lengths = [length(r, plan) for r in requests]
+    if plan is None or plan.grouping == "longest" or len(requests) < 2 or None in lengths or len(set(lengths)) == 1:
+        return [list(range(len(requests)))]
+    known = [int(n) for n in lengths if n is not None]
+    if plan.grouping == "bucket":
+        from optcli.length_groups import BucketOptions, group_lengths
+
+        options = BucketOptions(plan.bucket, plan.max_groups)
+        return [[int(i) for i in g] for g in group_lengths(np.array(known), options)]
+    return cheapest_groups(known, [rows(r) for r in requests])
+
+
+def run_group(run: RunBatch, requests: list[Tensors], names: list[str],
+              plan: PaddingPlan | None = None) -> list[list[Tensor]]:
+    """Run requests that share a merge_key as one call; per request, its outputs (its rows, cut back to
+    its own length)."""
+    lengths = [length(r, plan) for r in requests]
+    return split(run(merge(requests, plan)), [rows(r) for r in requests], names, lengths, plan)
+
+
 def run_padded(run: RunBatch, requests: list[Tensors], names: list[str],
                plan: PaddingPlan | None = None) -> list[list[Tensor]]:
     """Run requests that share a merge_key as one batch, or as the few sub-batches of similar length
-    the plan's grouping picks; per request, its outputs (its rows, cut back to its own length)."""
-    lengths = [length(r, plan) for r in requests]
-    groups = [list(range(len(requests)))]
-    if plan is not None and plan.grouping != "longest" and len(requests) > 1 and None not in lengths \
-            and len(set(lengths)) > 1:
-        known = [int(n) for n in lengths if n is not None]
-        if plan.grouping == "bucket":
-            from optcli.length_groups import BucketOptions, group_lengths
-
-            groups = [[int(i) for i in g] for g in group_lengths(np.array(known), BucketOptions(plan.bucket,
-                                                                                                plan.max_groups))]
-        else:
-            groups = cheapest_groups(known, [rows(r) for r in requests])
+    the plan's grouping picks, one after another; per request, its outputs."""
     out: list[list[Tensor]] = [[] for _ in requests]
-    for group in groups:
-        members = [requests[i] for i in group]
-        parts = split(run(merge(members, plan)), [rows(r) for r in members], names, [lengths[i] for i in group], plan)
-        for i, part in zip(group, parts):
+    for group in call_groups(requests, plan):
+        for i, part in zip(group, run_group(run, [requests[i] for i in group], names, plan)):
             out[i] = part
     return out
+
+
+def spread(groups: list[list[int]], requests: list[Tensors], plan: PaddingPlan | None, workers: int) -> list[list[int]]:
+    """The calls cut further so `workers` sessions can share them: while there are fewer calls than
+    workers, the costliest call (longest length x rows) with more than one request is cut in two, sorted
+    by length, where the costlier half costs least. Each part computes only its own rows, so nothing is
+    computed twice; the extra call's own overhead is less than a session left idle."""
+    groups = [list(g) for g in groups]
+    lengths = [length(r, plan) or 1 for r in requests]
+
+    def cost(group: list[int]) -> int:
+        return max(lengths[i] for i in group) * sum(rows(requests[i]) for i in group)
+
+    while len(groups) < workers:
+        splittable = [g for g in groups if len(g) > 1]
+        if not splittable:
+            break
+        big = max(splittable, key=cost)
+        order = sorted(big, key=lambda i: lengths[i])
+        cut = min(range(1, len(order)), key=lambda c: max(cost(order[:c]), cost(order[c:])))
+        at = groups.index(big)
+        groups[at:at + 1] = [order[:cut], order[cut:]]
+    return groups
 
 
 CALL_ROWS = 1.0  # a call's own cost, in rows of its length (module docstring)

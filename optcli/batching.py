@@ -17,14 +17,25 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Protocol, TypedDict
 
-from optcli.batch_merge import PaddingPlan, Tensor, Tensors, batch_blocker, merge_key, padding_plan, rows, run_padded
+from optcli.batch_merge import (
+    PaddingPlan,
+    Tensor,
+    Tensors,
+    batch_blocker,
+    call_groups,
+    merge_key,
+    padding_plan,
+    rows,
+    run_group,
+    spread,
+)
 from optcli.errors import UsageError
 from optcli.length_groups import DEFAULT_BUCKET, DEFAULT_MAX_GROUPS
 from optcli.tensor_spec import TensorSpec
@@ -182,10 +193,12 @@ def pick_batch(sizes: list[int], options: BatchingOptions, expired: bool) -> int
 class BatchStats(TypedDict):
     """What a BatchedRunner ran so far. A gathered batch of mixed lengths may run as several runner calls
     (padding "auto" or "bucket" split it by length): `batches` counts the gathered ones (`histogram`: by
-    rows), `calls` the runner calls they ran as."""
+    rows), `calls` the runner calls they ran as, `wide_calls` those of them that ran on the session with
+    every core (an adaptive layout, BatchedRunner)."""
 
     batches: int
     calls: int
+    wide_calls: int
     rows: int
     histogram: dict[int, int]
 
@@ -211,25 +224,30 @@ class _Request:
 
 
 class _Batcher:
-    """Leader/follower batching with no dispatcher thread: a caller that finds a backend handle free
-    runs the next batch itself (its own request and whatever is queued), so a lone caller pays no
-    thread switch; the others wait, and when a batch ends its leader hands the handle to the oldest
-    waiting caller. `predict_async` calls are led by a pool thread. Kept apart from BatchedRunner so
-    a wrapper dropped without close() is still closed by its finalizer."""
+    """Batching with no dispatcher thread: a caller that finds a backend handle free runs the next batch
+    itself (its own request and whatever is queued), so a lone caller pays no thread switch, and stops
+    once its own answer is ready. Work still queued then goes to pool threads (at most one per handle)
+    that keep running calls while anything is queued: under load the handles pass from call to call
+    without a thread switch, and each waiting caller is woken once, by its answer. `predict_async`
+    calls are led by a pool thread. Kept apart from BatchedRunner so a wrapper dropped without close()
+    is still closed by its finalizer."""
 
-    def __init__(self, runner: InnerRunner, options: BatchingOptions) -> None:
+    def __init__(self, runner: InnerRunner, options: BatchingOptions, wide: InnerRunner | None = None) -> None:
         self.runner = runner
+        self.wide = wide                 # a session with every core, for a lone request (BatchedRunner)
         self.options = options
         self.names = [s.name for s in runner.outputs]
         self.plan = options.plan(runner)
         self.handles = runner.concurrency
         self.idle = runner.concurrency   # handles no leader holds
         self.queue: list[_Request] = []
+        self.calls_queued: deque[list[_Request]] = deque()  # calls of gathered batches no handle has taken yet
         self.cond = threading.Condition()
         self.closed = False
         self.pool: ThreadPoolExecutor | None = None
         self.histogram: Counter[int] = Counter()   # gathered batches by rows
         self.calls = 0                              # runner calls: a gathered batch split by length runs several
+        self.wide_calls = 0
 
     def run(self, feeds: Tensors) -> Tensors:
         """Run one request in the caller's thread, batched with whatever is in flight."""
@@ -246,7 +264,7 @@ class _Batcher:
                         request.wake = threading.Event()
                     wake = request.wake
             if lead:
-                self._lead()
+                self._lead(request)
                 continue
             wake.wait()
             wake.clear()
@@ -280,30 +298,60 @@ class _Batcher:
             self.pool = ThreadPoolExecutor(max_workers=self.handles, thread_name_prefix="optcli-batch")
         return self.pool
 
-    def _lead(self) -> None:
-        """With a handle held: form one batch, run it, give the handle back (or on to a waiter)."""
+    def _lead(self, own: _Request | None = None) -> None:
+        """With a handle held: run the calls of gathered batches still waiting for a handle, else gather
+        the next batch; then give the handle back, or on to a pool thread while work is queued. A caller
+        (`own`: its request) stops as soon as its own answer is ready, so it never waits on other callers'
+        calls; a pool thread keeps going while anything is queued, so under load the sessions pass from
+        call to call without a thread switch and each caller is woken once, by its answer."""
         try:
             with self.cond:
-                batch = self._take_batch()
-            if batch:
-                self._execute(batch)
+                call, wide = self._next_call(own)
+            while call:
+                self._run_call(call, wide)
+                with self.cond:
+                    if wide:  # the other handles it held come back
+                        self.idle += self.handles - 1
+                        wide = False
+                        self._hand_over()
+                    if own is not None and own.done:
+                        break
+                    call, wide = self._next_call(own)
         finally:
             with self.cond:
                 self.idle += 1
                 self._hand_over()
 
+    def _next_call(self, own: _Request | None = None) -> tuple[list[_Request], bool]:
+        """The requests of the next runner call, and whether it runs on the wide session (lock held).
+
+        Calls of batches already gathered come first. Else the next batch is gathered and cut into calls
+        by the padding plan and, with several handles, cut further so each handle can take a call
+        (batch_merge.spread); the caller's own call is its first, the others are queued for free handles.
+        A lone request with every handle free runs on the wide session, holding every handle: its
+        intra-op threads then have the cores to themselves."""
+        if self.calls_queued:
+            return self.calls_queued.popleft(), False
+        batch = self._take_batch()
+        if not batch:
+            return [], False
+        self.histogram[sum(r.rows for r in batch)] += 1
+        feeds = [r.feeds for r in batch]
+        groups = spread(call_groups(feeds, self.plan), feeds, self.plan, self.handles)
+        calls = [[batch[i] for i in g] for g in groups]
+        if len(calls) == 1 and self.wide is not None and self.idle == self.handles - 1:
+            self.idle = 0
+            return calls[0], True
+        mine = next((c for c in calls if own is not None and any(r is own for r in c)), calls[0])
+        self.calls_queued.extend(c for c in calls if c is not mine)
+        self._hand_over()
+        return mine, False
+
     def _hand_over(self) -> None:
-        """Give free handles to the oldest waiting callers while work is queued (lock held)."""
-        callers = (r for r in self.queue if r.future is None and not r.lead)
-        while self.idle and self.queue:
+        """Give free handles to pool threads while work is queued (lock held)."""
+        while self.idle and (self.queue or self.calls_queued):
             self.idle -= 1
-            caller = next(callers, None)
-            if caller is None:
-                self._pool().submit(self._lead)
-                continue
-            caller.lead = True
-            if caller.wake is not None:
-                caller.wake.set()
+            self._pool().submit(self._lead)
         if self.idle == self.handles and not self.queue:
             self.cond.notify_all()  # close() waits for this
 
@@ -331,30 +379,25 @@ class _Batcher:
                 return live
         return []
 
-    def _execute(self, batch: list[_Request]) -> None:
+    def _run_call(self, call: list[_Request], wide: bool) -> None:
+        """One runner call; each of its requests gets its rows (or the model's error) as soon as it ends."""
+        runner = self.wide if wide and self.wide is not None else self.runner
         results: list[Tensors] = []
         error: BaseException | None = None
-        calls = 0
-
-        def run(feeds: Tensors) -> Sequence[Tensor]:
-            nonlocal calls
-            calls += 1
-            return self.runner.run_normalized(feeds)
-
         try:
-            parts = run_padded(run, [r.feeds for r in batch], self.names, self.plan)
+            parts = run_group(runner.run_normalized, [r.feeds for r in call], self.names, self.plan)
             results = [dict(zip(self.names, outs)) for outs in parts]
-        except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets the model's error
+        except BaseException as exc:  # noqa: BLE001 - every caller of the call gets the model's error
             error = exc
         with self.cond:
-            self.histogram[sum(r.rows for r in batch)] += 1
-            self.calls += calls
-            for i, r in enumerate(batch):
+            self.calls += 1
+            self.wide_calls += wide
+            for i, r in enumerate(call):
                 if r.future is None:
                     r.result, r.error, r.done = (results[i] if results else None), error, True
                     if r.wake is not None:
                         r.wake.set()
-        for i, r in enumerate(batch):  # outside the lock: a Future runs its callbacks here
+        for i, r in enumerate(call):  # outside the lock: a Future runs its callbacks here
             if r.future is not None:
                 if error is not None:
                     r.future.set_exception(error)
@@ -373,23 +416,30 @@ class _Batcher:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         self.runner.close()
+        if self.wide is not None:
+            self.wide.close()
 
 
 class BatchedRunner:
     """A loaded model whose concurrent calls are batched: `predict`, `predict_async`, `close`, like
     a Runner. `stats()` counts the gathered batches by size and the runner calls they ran as."""
 
-    def __init__(self, runner: InnerRunner, options: BatchingOptions) -> None:
+    def __init__(self, runner: InnerRunner, options: BatchingOptions, wide: InnerRunner | None = None) -> None:
+        """`wide`: a second runner of the same model (one session, every core) for a request that runs
+        alone while `runner` has one single-threaded session per core (optcli.load's
+        concurrency="adaptive")."""
         # The PyTorch runner records no output shapes (shape ()): split() checks those per batch.
         blocker = batch_blocker(runner.inputs, [o for o in runner.outputs if o.shape])
         if blocker:
             runner.close()
+            if wide is not None:
+                wide.close()
             raise UsageError(f"cannot batch requests for this model: {blocker}",
                              hint="re-export it with a dynamic batch dim (no --static-batch), or load it without "
                                   "batching and raise concurrency instead")
         self.options = options
         self._runner = runner
-        self._batcher = _Batcher(runner, options)
+        self._batcher = _Batcher(runner, options, wide)
         self._finalizer = weakref.finalize(self, self._batcher.close)
 
     def __getattr__(self, name: str) -> Any:
@@ -400,7 +450,9 @@ class BatchedRunner:
 
     @property
     def settings(self) -> dict[str, object]:
-        return {**dict(getattr(self._runner, "settings", {}) or {}), "batching": self.options.to_json()}
+        wide = self._batcher.wide
+        return {**dict(getattr(self._runner, "settings", {}) or {}), "batching": self.options.to_json(),
+                **({"wide_session": dict(getattr(wide, "settings", {}) or {})} if wide is not None else {})}
 
     def normalize(self, feeds: Any) -> Tensors:
         return self._runner.normalize(feeds)
@@ -424,9 +476,9 @@ class BatchedRunner:
         """{"batches": gathered, "calls": runner calls, "rows": R, "histogram": {batch size: count}} so far."""
         with self._batcher.cond:
             hist = dict(sorted(self._batcher.histogram.items()))
-            calls = self._batcher.calls
-        return {"batches": sum(hist.values()), "calls": calls, "rows": sum(k * v for k, v in hist.items()),
-                "histogram": hist}
+            calls, wide_calls = self._batcher.calls, self._batcher.wide_calls
+        return {"batches": sum(hist.values()), "calls": calls, "wide_calls": wide_calls,
+                "rows": sum(k * v for k, v in hist.items()), "histogram": hist}
 
     def close(self) -> None:
         """Refuse new calls, run the queued ones, then close the model. Safe to call twice."""

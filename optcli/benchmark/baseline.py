@@ -18,6 +18,7 @@ from typing import Any
 from optcli.atomic_write import write_text_atomic
 from optcli.benchmark.sweep import BenchResult, Regression, RegressionRow
 from optcli.errors import RegressionError, UsageError
+from optcli.report.records import significant
 
 _HINT = "write it as 10% or 0.1"
 
@@ -135,11 +136,6 @@ def _points_text(result: BenchResult) -> str:
 METRICS = ("p50", "throughput")
 
 
-def _significant(value: float) -> float:
-    """`value` to 6 significant digits: fixed decimals showed a slow model's 0.0039 samples/s as 0.0."""
-    return float(f"{value:.6g}")
-
-
 def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: float,
                         metric: str = "p50") -> Regression:
     """Per matched point: p50 and throughput change against the baseline, and whether `metric`
@@ -156,9 +152,9 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
         # Outside each other's 95% intervals: the change is larger than the run-to-run noise.
         beyond_noise = cur.median_ci_ms[0] > base.median_ci_ms[1] or cur.median_ci_ms[1] < base.median_ci_ms[0]
         rows.append({"batch": cur.batch, "concurrency": cur.concurrency,
-                     "p50_ms": [_significant(base.latency.p50), _significant(cur.latency.p50)],
+                     "p50_ms": [significant(base.latency.p50), significant(cur.latency.p50)],
                      "p50_change": round(p50_change, 4),
-                     "throughput": [_significant(base.throughput), _significant(cur.throughput)],
+                     "throughput": [significant(base.throughput), significant(cur.throughput)],
                      "throughput_change": round(tput_change, 4),
                      "beyond_noise": beyond_noise,
                      "regressed": p50_change > bound if metric == "p50" else -tput_change > bound})

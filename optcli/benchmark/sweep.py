@@ -19,6 +19,7 @@ from optcli.environment import environment
 from optcli.errors import UsageError
 from optcli.latency import LatencyStats, median_ci, stats_from_samples, time_concurrent
 from optcli.loaded_model import ResolvedArtifact, open_artifact
+from optcli.report.records import significant
 from optcli.runtime.base import BackendFeeds
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class BatchesRun(TypedDict):
     mean: float                  # rows per batch
     histogram: dict[str, int]    # batch size -> batches of that size
     options: BatchingJson        # BatchingOptions.to_json()
-    sessions: int
+    sessions: int | str          # N, or "adaptive" (optcli/session_layout.py)
 
 
 class Knee(TypedDict):
@@ -96,9 +97,10 @@ class BenchSettings:
     pins: list[str] = field(default_factory=list)
     runner_options: dict[str, object] = field(default_factory=dict)
     # Triton's dynamic_batching knobs (optcli/batching.py): each point is measured again with the
-    # concurrent calls batched, on `batching_sessions` sessions (the cores split between them).
+    # concurrent calls batched, on `batching_sessions` sessions (the cores split between them), or on the
+    # adaptive layout (optcli/session_layout.py).
     batching: dict[str, object] | None = None
-    batching_sessions: int = 1
+    batching_sessions: int | str = 1
     # Realistic attention masks (optcli/benchmark/valid_lengths.py) and, on top, a padded batch run as
     # sub-batches of similar length (optcli/length_buckets.py).
     valid_lengths: str | None = None
@@ -113,8 +115,14 @@ class BenchSettings:
             raise UsageError("runs must be >= 1 and the time limits positive")
         if self.latency_budget_ms is not None and self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget-ms must be positive")
-        if self.batching_sessions < 1:
-            raise UsageError("--batching-sessions must be >= 1")
+        from optcli.session_layout import ADAPTIVE, check_layout
+
+        if self.batching_sessions != ADAPTIVE and (isinstance(self.batching_sessions, bool)
+                                                   or not isinstance(self.batching_sessions, int)
+                                                   or self.batching_sessions < 1):
+            raise UsageError(f"--batching-sessions {self.batching_sessions!r}: must be a whole number >= 1 or "
+                             f"{ADAPTIVE}", hint="e.g. --batching-sessions 2, or adaptive (docs/serve.md)")
+        check_layout(self.batching_sessions, True, self.threads)
         if self.batching is not None:
             from optcli.batching import batching_options
 
@@ -153,8 +161,8 @@ class SweepPoint:
 
     def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
-                "throughput": round(self.throughput, 2),
-                "p50_ci95_ms": [round(self.median_ci_ms[0], 4), round(self.median_ci_ms[1], 4)],
+                "throughput": significant(self.throughput),
+                "p50_ci95_ms": [significant(self.median_ci_ms[0]), significant(self.median_ci_ms[1])],
                 "device_ms": self.device_ms, "batches": self.batches}
 
     @classmethod
@@ -268,11 +276,12 @@ def _batched_points(resolved: ResolvedArtifact, settings: BenchSettings, conc: i
                     extra: dict[str, object]) -> list[SweepPoint]:
     """`conc` callers whose calls are batched (optcli/batching.py) onto `batching_sessions` sessions."""
     from optcli.batching import BatchedRunner, batching_options
+    from optcli.session_layout import open_layout
 
     options = batching_options(settings.batching)
-    runner = BatchedRunner(_bucketed(open_artifact(resolved, concurrency=settings.batching_sessions,
-                                                   threads=settings.threads, device=settings.device, **extra),
-                                     settings), options)
+    sessions, wide = open_layout(resolved, settings.batching_sessions, threads=settings.threads,
+                                 device=settings.device, **extra)
+    runner = BatchedRunner(_bucketed(sessions, settings), options, _bucketed(wide, settings) if wide else None)
     points = []
     try:
         feeds_source = FeedSource.for_runner(runner, settings.inputs_dir, settings.pins,

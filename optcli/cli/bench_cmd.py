@@ -100,8 +100,9 @@ def _regression_table(reg: Regression) -> Any:
 @click.option("--batching", metavar="on|max_batch_size=N,max_queue_delay_microseconds=N,preferred_batch_size=N/N",
               help="Also measure each point with the concurrent calls batched (Triton's dynamic_batching "
                    "knobs; docs/serve.md).")
-@click.option("--batching-sessions", type=click.IntRange(1), default=1, show_default=True,
-              help="Sessions the batched calls run on, side by side (the cores are split between them).")
+@click.option("--batching-sessions", default="1", show_default=True, metavar="N|adaptive",
+              help="Sessions the batched calls run on, side by side (the cores are split between them); "
+                   "adaptive: a 1-thread session per core plus one with every core for a lone call (docs/serve.md).")
 @click.option("--valid-lengths", metavar="short|uniform|full|MIN-MAX",
               help="Random attention masks right-padded to lengths drawn from this distribution "
                    "(docs/bench.md) [all valid].")
@@ -123,6 +124,8 @@ def bench_cmd(artifact: str, batch: str, concurrency: str, as_json: bool, save_b
     from optcli import api
 
     settings["warmup_runs"] = warmup
+    sessions = str(settings["batching_sessions"]).strip().lower()
+    settings["batching_sessions"] = int(sessions) if sessions.isdigit() else sessions  # checked by BenchSettings
     if batching is not None:
         from optcli.batching import parse_batching
 

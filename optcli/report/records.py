@@ -14,6 +14,12 @@ if TYPE_CHECKING:
 _ROUNDED = ("p50", "p90", "p99", "mean", "min", "max", "std")
 
 
+def significant(value: float) -> float:
+    """`value` to 6 significant digits, for JSON: fixed decimals turned a slow model's 0.0039 samples/s and
+    a 10 ns p50 into 0.0, which a saved baseline then refused (and a gate would divide by)."""
+    return float(f"{value:.6g}")
+
+
 @dataclass
 class LatencyStats(JsonRecord):
     """Per-call latency in milliseconds over `runs` timed calls at `batch`."""
@@ -44,11 +50,11 @@ class LatencyStats(JsonRecord):
     def to_json(self) -> JSONObject:
         d = super().to_json()
         for k in _ROUNDED:
-            d[k] = round(d[k], 4)
+            d[k] = significant(d[k])
         return d
 
     def json_extras(self) -> JSONObject:
-        return {"throughput": round(self.throughput, 2), "cv": round(self.cv, 4)}
+        return {"throughput": significant(self.throughput), "cv": round(self.cv, 4)}
 
 
 @dataclass

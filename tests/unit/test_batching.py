@@ -156,6 +156,6 @@ def test_stats_count_gathered_batches_and_the_runner_calls_they_ran_as(tmp_path,
     with optcli.load(path, batching=policy) as m:
         got = [f.result(timeout=60) for f in [m.predict_async(r) for r in requests]]
         stats = m.stats()
-    assert stats == {"batches": 1, "calls": calls, "rows": 6, "histogram": {6: 1}}
+    assert stats == {"batches": 1, "calls": calls, "wide_calls": 0, "rows": 6, "histogram": {6: 1}}
     for g, n in zip(got, lengths):
         np.testing.assert_array_equal(g["h"], np.arange(1, n + 1)[None])  # cut back to its own length

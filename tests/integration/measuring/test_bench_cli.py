@@ -186,3 +186,17 @@ def test_bench_with_batching(mlp_onnx: Path, tmp_path: Path) -> None:
     assert [(r["batch"], r["concurrency"]) for r in again.regression["rows"]] == [(1, 2)]
     bad = run_cli("bench", str(mlp_onnx), "--batching", "max_batch_size=0", *QUICK)
     assert bad.returncode == 2 and "error: batching max_batch_size 0" in bad.stderr
+
+
+def test_bench_measures_the_adaptive_layout_and_refuses_bad_session_counts(mlp_onnx: Path) -> None:
+    proc = run_cli("bench", str(mlp_onnx), "--concurrency", "4", "--batching", "on", "--batching-sessions",
+                   "adaptive", "--json", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    batched = [p for p in json.loads(proc.stdout)["points"] if p["batches"]]
+    assert [p["batches"]["sessions"] for p in batched] == ["adaptive"]
+    assert batched[0]["latency_ms"]["settings"]["intra_op_threads"] == 1
+    for args, what in ((("--batching-sessions", "0"), "--batching-sessions 0"),
+                       (("--batching-sessions", "wide"), "--batching-sessions 'wide'"),
+                       (("--batching-sessions", "adaptive", "--threads", "2"), "concurrency='adaptive'")):
+        bad = run_cli("bench", str(mlp_onnx), "--batching", "on", *args, *QUICK)
+        assert bad.returncode == 2 and f"error: {what}" in bad.stderr and "hint:" in bad.stderr, bad.stderr

@@ -198,3 +198,18 @@ def test_rows_keep_very_slow_and_very_fast_points_nonzero(p50_ms: float) -> None
     assert row["p50_ms"][0] == pytest.approx(p50_ms, rel=1e-5)
     assert row["throughput"][0] == pytest.approx(1000.0 / p50_ms, rel=1e-5)
     assert row["regressed"]
+
+
+@pytest.mark.parametrize("p50_ms", [256000.0, 0.00001])
+def test_a_saved_baseline_of_a_very_slow_or_very_fast_model_loads_with_its_figures(tmp_path: Path,
+                                                                                     p50_ms: float) -> None:
+    """The same class in the saved file itself: `bench --save-baseline` wrote throughput at 2 decimals and
+    latencies at 4, so a 256 s/sample model saved throughput 0.0 and a 10 ns p50 saved 0.0 ms, which
+    load_baseline then refused as a gate that could never fire."""
+    save_baseline(_result({(1, 1): p50_ms}), tmp_path / "b.json")
+    loaded = load_baseline(tmp_path / "b.json")
+    point = loaded.points[0]
+    assert point.latency.p50 == pytest.approx(p50_ms, rel=1e-5)
+    assert point.throughput == pytest.approx(1000.0 / p50_ms, rel=1e-5)
+    assert point.median_ci_ms[0] == pytest.approx(p50_ms * 0.99, rel=1e-5)
+    assert not compare_to_baseline(_result({(1, 1): p50_ms}), loaded, 0.1)["regressed"]
