@@ -154,7 +154,7 @@ def compare_to_baseline(current: BenchResult, baseline: BenchResult, bound: floa
         rows.append({"batch": cur.batch, "concurrency": cur.concurrency,
                      "p50_ms": [significant(base.latency.p50), significant(cur.latency.p50)],
                      "p50_change": round(p50_change, 4),
-                     "throughput": [significant(base.throughput), significant(cur.throughput)],
+                     "throughput": [significant(base.throughput, 2), significant(cur.throughput, 2)],
                      "throughput_change": round(tput_change, 4),
                      "beyond_noise": beyond_noise,
                      "regressed": p50_change > bound if metric == "p50" else -tput_change > bound})

@@ -161,7 +161,7 @@ class SweepPoint:
 
     def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "concurrency": self.concurrency, "latency_ms": self.latency.to_json(),
-                "throughput": significant(self.throughput),
+                "throughput": significant(self.throughput, 2),
                 "p50_ci95_ms": [significant(self.median_ci_ms[0]), significant(self.median_ci_ms[1])],
                 "device_ms": self.device_ms, "batches": self.batches}
 

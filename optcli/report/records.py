@@ -2,6 +2,7 @@
 artifact. docs/report-schema.md documents every field (tests/unit/test_report_schema_doc.py holds it so)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -14,10 +15,13 @@ if TYPE_CHECKING:
 _ROUNDED = ("p50", "p90", "p99", "mean", "min", "max", "std")
 
 
-def significant(value: float) -> float:
-    """`value` to 6 significant digits, for JSON: fixed decimals turned a slow model's 0.0039 samples/s and
-    a 10 ns p50 into 0.0, which a saved baseline then refused (and a gate would divide by)."""
-    return float(f"{value:.6g}")
+def significant(value: float, decimals: int = 4) -> float:
+    """`value` for JSON: `decimals` decimals, or more where that keeps fewer than 6 significant digits. Fixed
+    decimals alone turned a slow model's 0.0039 samples/s and a 10 ns p50 into 0.0, which a saved baseline
+    then refused; never fewer than `decimals`, so a file written before reads back and writes unchanged."""
+    if not value or not math.isfinite(value):
+        return value
+    return round(value, max(decimals, 5 - math.floor(math.log10(abs(value)))))
 
 
 @dataclass
@@ -54,7 +58,7 @@ class LatencyStats(JsonRecord):
         return d
 
     def json_extras(self) -> JSONObject:
-        return {"throughput": significant(self.throughput), "cv": round(self.cv, 4)}
+        return {"throughput": significant(self.throughput, 2), "cv": round(self.cv, 4)}
 
 
 @dataclass
