@@ -20,11 +20,17 @@ if TYPE_CHECKING:
 ADAPTIVE = "adaptive"
 
 
-def check_layout(concurrency: object, batched: bool, threads: object) -> None:
-    """Refuse the adaptive layout where it cannot apply (before anything loads)."""
-    if concurrency == ADAPTIVE and (not batched or threads is not None):
-        raise UsageError("concurrency='adaptive' lays out sessions for batched calls and sets their threads itself",
-                         hint="pass batching=True with it and leave threads out, or pass concurrency=N")
+def check_layout(concurrency: object, batched: bool, threads: object, option: str = "concurrency") -> None:
+    """Refuse a layout that is neither N >= 1 nor "adaptive", and the adaptive layout where it cannot apply,
+    before anything loads. `option`: how the caller spelt the setting (the API's or the CLI's name)."""
+    if concurrency == ADAPTIVE:
+        if not batched or threads is not None:
+            raise UsageError(f"{option} {ADAPTIVE!r} lays out sessions for batched calls and sets their threads "
+                             "itself", hint=f"batch the calls and leave threads out, or pass {option} N")
+        return
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UsageError(f"{option} {concurrency!r}: must be a whole number >= 1 or {ADAPTIVE!r}",
+                         hint=f"e.g. {option} 2, or {ADAPTIVE} with batching (docs/serve.md)")
 
 
 def open_layout(resolved: ResolvedArtifact, concurrency: int | str, **options: Any) -> tuple[Runner, Runner | None]:

@@ -115,14 +115,9 @@ class BenchSettings:
             raise UsageError("runs must be >= 1 and the time limits positive")
         if self.latency_budget_ms is not None and self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget-ms must be positive")
-        from optcli.session_layout import ADAPTIVE, check_layout
+        from optcli.session_layout import check_layout
 
-        if self.batching_sessions != ADAPTIVE and (isinstance(self.batching_sessions, bool)
-                                                   or not isinstance(self.batching_sessions, int)
-                                                   or self.batching_sessions < 1):
-            raise UsageError(f"--batching-sessions {self.batching_sessions!r}: must be a whole number >= 1 or "
-                             f"{ADAPTIVE}", hint="e.g. --batching-sessions 2, or adaptive (docs/serve.md)")
-        check_layout(self.batching_sessions, True, self.threads)
+        check_layout(self.batching_sessions, True, self.threads, "--batching-sessions")
         if self.batching is not None:
             from optcli.batching import batching_options
 

@@ -129,8 +129,10 @@ def test_adaptive_is_refused_where_it_cannot_apply(encoder):
         with pytest.raises(UsageError) as err:
             optcli.load(encoder, concurrency="adaptive", **kwargs)
         assert err.value.hint
-    with pytest.raises(UsageError, match="concurrency"):
-        optcli.load(encoder, batching=True, concurrency="wide")
+    for bad in ("wide", 0, True):
+        with pytest.raises(UsageError, match=r"concurrency .*: must be a whole number >= 1 or 'adaptive'") as err:
+            optcli.load(encoder, batching=True, concurrency=bad)
+        assert "adaptive" in err.value.hint
 
 
 def test_one_core_has_no_wide_session(encoder, monkeypatch: pytest.MonkeyPatch):

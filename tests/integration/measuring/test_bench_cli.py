@@ -197,6 +197,7 @@ def test_bench_measures_the_adaptive_layout_and_refuses_bad_session_counts(mlp_o
     assert batched[0]["latency_ms"]["settings"]["intra_op_threads"] == 1
     for args, what in ((("--batching-sessions", "0"), "--batching-sessions 0"),
                        (("--batching-sessions", "wide"), "--batching-sessions 'wide'"),
-                       (("--batching-sessions", "adaptive", "--threads", "2"), "concurrency='adaptive'")):
+                       (("--batching-sessions", "adaptive", "--threads", "2"),
+                        "--batching-sessions 'adaptive' lays out")):
         bad = run_cli("bench", str(mlp_onnx), "--batching", "on", *args, *QUICK)
         assert bad.returncode == 2 and f"error: {what}" in bad.stderr and "hint:" in bad.stderr, bad.stderr
