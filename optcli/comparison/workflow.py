@@ -23,6 +23,7 @@ from optcli.config import model_stem
 from optcli.environment import environment
 from optcli.loaded_model import ResolvedArtifact, open_artifact, resolve_artifact
 from optcli.report import AccuracyResult, ErrorRecord, QuantizeInt8Details, StageRecord
+from optcli.report.records import significant
 
 DEFAULT_TOLERANCE = {"cosine": 0.99}
 _ACC_KEYS = ("cosine_mean", "cosine_min", "max_abs_err", "top1_agreement", "top1_accuracy",
@@ -162,8 +163,9 @@ def run_compare(model: str, variants: list[Variant], *, out: Path | None = None,
         m = measured.get(r.name)
         if m:
             b1, b8 = m[settings.batches[0]], m[settings.batches[-1]]
-            r.latency_b1, r.p50_ci_ms = b1.stats, (round(b1.ci[0], 4), round(b1.ci[1], 4))
-            r.latency_b8, r.p50_ci_b8_ms = b8.stats, (round(b8.ci[0], 4), round(b8.ci[1], 4))
+            # rounded as the records' p50 is (significant), so the written p50 stays inside its interval
+            r.latency_b1, r.p50_ci_ms = b1.stats, (significant(b1.ci[0]), significant(b1.ci[1]))
+            r.latency_b8, r.p50_ci_b8_ms = b8.stats, (significant(b8.ci[0]), significant(b8.ci[1]))
             runtime = runtime or b1.stats.runtime
         _gate(r, tol)
     measured_rows = [r for r in results if r.latency_b1 is not None]

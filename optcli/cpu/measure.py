@@ -20,6 +20,7 @@ from optcli.accuracy_summary import AccuracySummary
 from optcli.calibration.dataset import SampleSet
 from optcli.latency import median_ci, stats_from_samples
 from optcli.quantize.evaluate import runner_outputs
+from optcli.report.records import significant
 from optcli.runtime.base import Runner
 
 
@@ -90,7 +91,7 @@ def interleaved(runners: dict[str, Runner], feeds: dict[str, dict[str, Any]], *,
     for name, runner in runners.items():
         stats = stats_from_samples(samples[name], batch, runner.backend, getattr(runner, "settings", {}))
         d = stats.to_json()
-        d["p50_ci"] = [round(v, 4) for v in median_ci(samples[name])]
+        d["p50_ci"] = [significant(v) for v in median_ci(samples[name])]  # as the record's p50 is rounded
         out[name] = d
     return out, {"rounds": rounds, "min_calls_per_block": calls_per_round, "block_ms": block_ms,
                  "switch_ms": switch_ms, "seconds": round(time.perf_counter() - start, 2), "batch": batch,

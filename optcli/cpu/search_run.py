@@ -11,6 +11,7 @@ from optcli.backends.recipe import CandidateLatency
 from optcli.cpu.candidates import Candidate
 from optcli.cpu.options import CpuConfig
 from optcli.latency import median_ci, stats_from_samples
+from optcli.report.records import significant
 from optcli.search.priors import SMALL_BYTES, Features, model_kind, predict
 from optcli.search.search import Search, SearchResult
 
@@ -136,7 +137,7 @@ def search_candidates(cands: list[Candidate], *, build: Callable[[Candidate], No
             stats = stats_from_samples(e.samples, batch, r.backend, getattr(r, "settings", {})).to_json()
             cand.latency = CandidateLatency(p50=stats["p50"], p90=stats["p90"], mean=stats["mean"], min=stats["min"],
                                             cv=stats["cv"], runs=stats["runs"],
-                                            p50_ci=[round(v, 4) for v in median_ci(e.samples)])
+                                            p50_ci=[significant(v) for v in median_ci(e.samples)])
     timing: Measurement = {"rounds": result.rounds, "min_calls_per_block": cfg.calls_per_round,
                            "block_ms": cfg.block_ms, "switch_ms": cfg.switch_ms,
                            "seconds": round(result.measure_seconds, 2), "batch": batch,

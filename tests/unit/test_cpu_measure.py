@@ -90,3 +90,18 @@ def test_separation_is_non_overlapping_median_intervals() -> None:
     assert _separated(apart, ["x", "y"]) is True
     assert _separated(close, ["x", "y"]) is False
     assert _separated(close, ["x"]) is True  # one contender: nothing to tell apart
+
+
+@pytest.mark.parametrize("ms", [0.010734, 123.45678])
+def test_the_written_p50_lies_inside_its_written_interval(monkeypatch: pytest.MonkeyPatch, ms: float) -> None:
+    """The interval is rounded as the record's p50 is: at 4 fixed decimals a 0.010734 ms p50 (written with
+    more digits since the record keeps 6 significant) fell above its interval's 0.0107."""
+    clock = VirtualClock()
+    monkeypatch.setattr("optcli.cpu.measure.time", clock)
+    runners = {"a": ClockRunner(ms, clock)}
+    feeds = {"a": runners["a"].normalize({"x": [1.0]})}
+    stats, _ = interleaved(runners, feeds, batch=1, min_rounds=2, calls_per_round=3, min_seconds=0.0,
+                           max_seconds=5.0, block_ms=0.05, switch_ms=0.0)
+    lo, hi = stats["a"]["p50_ci"]
+    assert lo <= stats["a"]["p50"] <= hi
+    assert stats["a"]["p50"] == pytest.approx(ms, rel=1e-5)

@@ -129,3 +129,4 @@ def test_a_latency_read_back_reports_the_figures_it_was_written_with() -> None:
     written = LatencyStats(p50=0.09213, mean=0.884549, batch=1, runtime="onnxruntime-cpu").to_json()
     assert LatencyStats.from_json(written).to_json() == written
     assert LatencyStats.from_json(written).throughput == pytest.approx(1000 / written["mean"])
+
